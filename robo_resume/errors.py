@@ -1,0 +1,90 @@
+"""Exception types raised by robo_resume.
+
+Every error message says what was expected, what was found, where (file, episode, frame when
+known) and how to fix it. Messages are built with :func:`describe` so they share one layout.
+Each class also derives from the closest builtin (``ValueError``, ``FileNotFoundError``) so
+callers that catch builtins keep working.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "CorruptFileError",
+    "DatasetFormatError",
+    "MetadataMismatchError",
+    "MissingFileError",
+    "ResumeStateError",
+    "RoboResumeError",
+    "UnsupportedVersionError",
+    "VideoDecodeError",
+    "describe",
+]
+
+
+def describe(
+    problem: str,
+    *,
+    expected: object | None = None,
+    found: object | None = None,
+    file: str | Path | None = None,
+    episode: int | None = None,
+    frame: int | None = None,
+    fix: str | None = None,
+) -> str:
+    """Return a one-paragraph error message in the project's standard layout.
+
+    ``problem`` is a short sentence; the other fields are appended when given, in a fixed
+    order, so tests can match them: ``expected ...; found ...; file ...; episode ...;
+    frame ...; fix: ...``.
+    """
+    parts = [problem.rstrip(".") + "."]
+    if expected is not None:
+        parts.append(f"Expected {expected}.")
+    if found is not None:
+        parts.append(f"Found {found}.")
+    where = []
+    if file is not None:
+        where.append(f"file {file}")
+    if episode is not None:
+        where.append(f"episode {episode}")
+    if frame is not None:
+        where.append(f"frame {frame}")
+    if where:
+        parts.append("At " + ", ".join(where) + ".")
+    if fix:
+        parts.append("Fix: " + fix.rstrip(".") + ".")
+    return " ".join(parts)
+
+
+class RoboResumeError(Exception):
+    """Base class of every error robo_resume raises on purpose."""
+
+
+class DatasetFormatError(RoboResumeError, ValueError):
+    """The dataset's files do not follow the LeRobot format (bad or missing metadata)."""
+
+
+class UnsupportedVersionError(DatasetFormatError):
+    """The dataset uses a LeRobot format version this library does not read (v1.x, v2.0)."""
+
+
+class MetadataMismatchError(DatasetFormatError):
+    """Metadata and data files disagree (row counts, index ranges, video duration)."""
+
+
+class CorruptFileError(DatasetFormatError):
+    """A parquet or video file exists but cannot be read (truncated, corrupt, wrong content)."""
+
+
+class MissingFileError(RoboResumeError, FileNotFoundError):
+    """A file the metadata points to does not exist."""
+
+
+class VideoDecodeError(RoboResumeError, RuntimeError):
+    """Decoding did not produce the requested frames (timestamps outside tolerance, short video)."""
+
+
+class ResumeStateError(RoboResumeError, ValueError):
+    """A resume state does not fit this dataset, plan, seed or topology."""

@@ -1,0 +1,324 @@
+"""Video decoding of frame ranges with PyAV.
+
+:class:`VideoReader` keeps one container open and decodes forward. A request for frames at
+timestamps ``t_0 <= t_1 <= ...`` seeks once to the keyframe at or before ``t_0`` (only when the
+decoder is not already positioned before it), then decodes forward, matching decoded frames to
+the wanted timestamps within a tolerance. Successive requests with increasing timestamps (a chunk
+read block by block) never seek again. A few recently decoded frames are kept so that windows
+looking back in time (``delta_timestamps`` with negative deltas) do not force a seek either.
+
+The container is trusted, not ``info.json``: codec, size and frame times come from the stream.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CorruptFileError, MissingFileError, VideoDecodeError, describe
+
+__all__ = ["VideoReader", "VideoStreamInfo", "probe_video"]
+
+
+@dataclass(frozen=True)
+class VideoStreamInfo:
+    """Facts read from a video container (not from info.json)."""
+
+    codec: str
+    width: int
+    height: int
+    fps: float
+    time_base: float
+    num_frames: int
+    duration_s: float
+
+
+class VideoReader:
+    """Sequential reader of one video file; see the module docstring for the decoding strategy.
+
+    Args:
+        path: the mp4 (or any container PyAV opens).
+        threads: decoder threads; 0 lets FFmpeg choose (one per core).
+        cache_frames: how many of the most recently decoded frames are kept (RGB, uint8).
+        seek_threshold_s: when the next wanted frame is further ahead than this, seek instead of
+            decoding through the gap.
+        episode: only used in error messages.
+
+    Not thread-safe. Picklable while closed; :meth:`close` releases the container.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        threads: int = 0,
+        cache_frames: int = 8,
+        seek_threshold_s: float = 2.0,
+        episode: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.threads = threads
+        self.cache_frames = max(int(cache_frames), 0)
+        self.seek_threshold_s = seek_threshold_s
+        self.episode = episode
+        self._container = None
+        self._stream = None
+        self._frames = None  # iterator of decoded frames
+        self._last_time = None  # time of the last decoded frame (seconds)
+        self._cache: OrderedDict[float, np.ndarray] = OrderedDict()
+        self.seeks = 0  # number of seeks done (for tests and profiling)
+        self.decoded = 0  # number of frames decoded
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.update(_container=None, _stream=None, _frames=None, _last_time=None)
+        state["_cache"] = OrderedDict()
+        return state
+
+    def __enter__(self) -> VideoReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the container; the reader can be used again (it reopens lazily)."""
+        if self._container is not None:
+            try:
+                self._container.close()
+            finally:
+                self._container = None
+                self._stream = None
+                self._frames = None
+                self._last_time = None
+                self._cache.clear()
+
+    # -- opening ---------------------------------------------------------------------------
+    def _open(self):
+        if self._container is not None:
+            return self._container
+        import av
+
+        if not self.path.is_file():
+            raise MissingFileError(
+                describe(
+                    "A video file is missing",
+                    expected="the mp4 that meta/ points to",
+                    found="no such file",
+                    file=self.path,
+                    episode=self.episode,
+                    fix="download the dataset's videos again, or select only episodes whose "
+                    "videos exist with episodes=[...]",
+                )
+            )
+        try:
+            container = av.open(str(self.path))
+        except Exception as exc:  # av.error.InvalidDataError, EOFError, ...
+            raise CorruptFileError(
+                describe(
+                    "A video file cannot be opened",
+                    expected="a readable video container",
+                    found=f"{type(exc).__name__}: {exc}",
+                    file=self.path,
+                    episode=self.episode,
+                    fix="download this file again; it is probably truncated or empty",
+                )
+            ) from exc
+        if not container.streams.video:
+            container.close()
+            raise CorruptFileError(
+                describe(
+                    "A video file has no video stream",
+                    expected="one video stream",
+                    found="none",
+                    file=self.path,
+                    episode=self.episode,
+                    fix="re-encode or download this file again",
+                )
+            )
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        stream.thread_count = self.threads
+        self._container = container
+        self._stream = stream
+        return container
+
+    def info(self) -> VideoStreamInfo:
+        """Return codec, size, fps, frame count and duration read from the container."""
+        self._open()
+        s = self._stream
+        tb = float(s.time_base) if s.time_base else 0.0
+        fps = float(s.average_rate) if s.average_rate else 0.0
+        duration = float(s.duration * s.time_base) if s.duration and s.time_base else 0.0
+        if not duration and self._container.duration:
+            duration = self._container.duration / 1_000_000
+        return VideoStreamInfo(
+            codec=s.codec_context.name,
+            width=s.codec_context.width,
+            height=s.codec_context.height,
+            fps=fps,
+            time_base=tb,
+            num_frames=int(s.frames or 0),
+            duration_s=duration,
+        )
+
+    def keyframe_times(self) -> list[float]:
+        """Times (seconds) of the keyframes, read from packets without decoding."""
+        import av
+
+        with av.open(str(self.path)) as c:
+            s = c.streams.video[0]
+            tb = float(s.time_base)
+            return sorted(
+                float(p.pts * tb) for p in c.demux(s) if p.pts is not None and p.is_keyframe
+            )
+
+    # -- decoding --------------------------------------------------------------------------
+    def _seek(self, t: float) -> None:
+        container = self._open()
+        stream = self._stream
+        target = max(int(t / float(stream.time_base)), 0)
+        try:
+            container.seek(target, stream=stream, backward=True, any_frame=False)
+        except Exception as exc:
+            raise CorruptFileError(
+                describe(
+                    "Seeking in a video file failed",
+                    expected=f"a seekable stream (seek to {t:.4f}s)",
+                    found=f"{type(exc).__name__}: {exc}",
+                    file=self.path,
+                    episode=self.episode,
+                    fix="download this file again",
+                )
+            ) from exc
+        self.seeks += 1
+        self._frames = container.decode(stream)
+        self._last_time = None
+
+    def _next_frame(self):
+        try:
+            frame = next(self._frames)
+        except StopIteration:
+            return None
+        except Exception as exc:  # av.error.InvalidDataError and friends
+            raise CorruptFileError(
+                describe(
+                    "A video file cannot be decoded",
+                    expected="decodable frames",
+                    found=f"{type(exc).__name__}: {exc}",
+                    file=self.path,
+                    episode=self.episode,
+                    fix="download this file again; it is probably truncated",
+                )
+            ) from exc
+        self.decoded += 1
+        return frame
+
+    def _remember(self, t: float, image: np.ndarray) -> None:
+        if self.cache_frames == 0:
+            return
+        self._cache[t] = image
+        while len(self._cache) > self.cache_frames:
+            self._cache.popitem(last=False)
+
+    def frames_at(
+        self,
+        timestamps: np.ndarray | list[float],
+        *,
+        tolerance_s: float = 1e-4,
+        frame_numbers: list[int] | None = None,
+    ) -> np.ndarray:
+        """Return RGB uint8 frames ``(n, H, W, 3)`` shown at ``timestamps`` (seconds, in the file).
+
+        ``timestamps`` must be non-decreasing. A frame matches a timestamp when their times
+        differ by less than ``tolerance_s`` (lerobot's default is 1e-4 s). Raises
+        :class:`VideoDecodeError` naming the file, episode and frame if a timestamp has no
+        frame (``frame_numbers`` gives the frame indices used in that message).
+        """
+        ts = np.asarray(timestamps, dtype=np.float64)
+        n = len(ts)
+        out: list[np.ndarray | None] = [None] * n
+        if n == 0:
+            return np.zeros((0, 0, 0, 3), dtype=np.uint8)
+        if np.any(np.diff(ts) < 0):
+            raise ValueError("frames_at needs non-decreasing timestamps")
+
+        # 1) frames still in the cache
+        if self._cache:
+            keys = list(self._cache)
+            for i, t in enumerate(ts):
+                j = bisect.bisect_left(keys, t - tolerance_s)
+                if j < len(keys) and abs(keys[j] - t) < tolerance_s:
+                    out[i] = self._cache[keys[j]]
+        pending = [i for i in range(n) if out[i] is None]
+        if not pending:
+            return np.stack(out)
+
+        first = ts[pending[0]]
+        self._open()
+        if (
+            self._frames is None
+            or self._last_time is None
+            or first < self._last_time - tolerance_s
+            or first - self._last_time > self.seek_threshold_s
+        ):
+            self._seek(first)
+            fresh_seek = True
+        else:
+            fresh_seek = False
+        keep_from = first - tolerance_s
+
+        k = 0  # index into pending
+        while k < len(pending):
+            frame = self._next_frame()
+            if frame is None:
+                self._raise_missing(ts, pending[k], frame_numbers, end=True)
+            t = float(frame.pts * frame.time_base) if frame.pts is not None else float(frame.time)
+            if fresh_seek:
+                fresh_seek = False
+                if t > first + tolerance_s:
+                    # The container's index put us after the wanted time: restart from 0.
+                    self._seek(0.0)
+                    continue
+            self._last_time = t
+            if t < keep_from:
+                continue
+            image = frame.to_ndarray(format="rgb24")
+            self._remember(t, image)
+            while k < len(pending) and abs(ts[pending[k]] - t) < tolerance_s:
+                out[pending[k]] = image
+                k += 1
+            if k < len(pending) and ts[pending[k]] < t - tolerance_s:
+                self._raise_missing(ts, pending[k], frame_numbers, near=t)
+        return np.stack(out)
+
+    def _raise_missing(self, ts, i, frame_numbers, *, end: bool = False, near: float | None = None):
+        frame = frame_numbers[i] if frame_numbers is not None else None
+        found = (
+            f"the video ends before {ts[i]:.4f}s (decoded up to "
+            f"{self._last_time if self._last_time is not None else 0:.4f}s)"
+            if end
+            else f"no frame within tolerance of {ts[i]:.4f}s (nearest decoded frame at {near:.4f}s)"
+        )
+        raise VideoDecodeError(
+            describe(
+                "A requested video frame is not in the file",
+                expected=f"a frame at {ts[i]:.4f}s",
+                found=found,
+                file=self.path,
+                episode=self.episode,
+                frame=frame,
+                fix="the video is shorter than or out of sync with the parquet timestamps; "
+                "download it again, or raise tolerance_s if timestamps are slightly off",
+            )
+        )
+
+
+def probe_video(path: str | Path) -> VideoStreamInfo:
+    """Open ``path`` and return its :class:`VideoStreamInfo`."""
+    with VideoReader(path) as r:
+        return r.info()
