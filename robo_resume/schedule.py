@@ -1,0 +1,356 @@
+"""The schedule: which frames each stream emits, in which order. Pure functions, no I/O.
+
+Everything here is a function of ``(chunks, seed, epoch, topology, options)``. Random draws use
+``numpy.random.SeedSequence(entropy=seed, spawn_key=(epoch, PURPOSE, ...))``: a fresh generator
+per question, never one that advances between calls, with a purpose tag so that the seeds of the
+epoch permutation, the per-stream shuffle and the interleave never collide.
+
+Per epoch ``e``:
+
+1. the chunks are permuted from ``(seed, e)`` and concatenated into one sequence of ``T`` frames;
+2. stream ``s`` of ``S`` owns positions ``[s*Q, (s+1)*Q)`` of it, where ``Q`` is the same for all
+   streams (``T // S`` rounded down to whole batches with ``drop_last``; ``tail="pad"`` rounds up
+   and wraps around to the start instead). Chunks cut by a stream boundary become two *segments*;
+3. each stream's segments are shuffled from ``(seed, e, s)`` (the per-worker shuffle);
+4. consecutive runs of ``interleave`` segments form a *group*; a group's frames are emitted in a
+   seeded random interleaving that keeps every segment in frame order (sequential decoding).
+
+Positions are found with prefix sums and ``searchsorted``: the cost of locating position ``p``
+is bounded by the number of segments of one stream-epoch plus one group, whatever ``p`` is.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .plan import Chunk
+
+__all__ = [
+    "Cursor",
+    "Group",
+    "ResumePoint",
+    "Schedule",
+    "ScheduleConfig",
+    "Segment",
+    "StreamStart",
+    "Topology",
+    "resume_point",
+    "worker_batches_done",
+]
+
+_PERMUTE, _STREAM, _GROUP = 1, 2, 3  # purpose tags in the seed's spawn key
+TAILS = ("drop", "pad")
+
+
+def _positive_int(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; found {value!r}")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``world_size`` ranks x ``num_workers`` DataLoader workers (0 = the main process)."""
+
+    world_size: int = 1
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        _positive_int("world_size", self.world_size, 1)
+        _positive_int("num_workers", self.num_workers, 0)
+
+    @property
+    def workers_per_rank(self) -> int:
+        """Streams per rank: ``max(num_workers, 1)``."""
+        return max(self.num_workers, 1)
+
+    @property
+    def num_streams(self) -> int:
+        """Streams in all: ``world_size * workers_per_rank``."""
+        return self.world_size * self.workers_per_rank
+
+    def stream_id(self, rank: int, worker_id: int) -> int:
+        """Global stream id ``rank * workers_per_rank + worker_id``."""
+        if not (0 <= rank < self.world_size and 0 <= worker_id < self.workers_per_rank):
+            raise ValueError(
+                f"rank {rank} / worker {worker_id} outside the topology "
+                f"({self.world_size} ranks x {self.workers_per_rank} workers)"
+            )
+        return rank * self.workers_per_rank + worker_id
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Options of the schedule (see the module docstring)."""
+
+    seed: int = 0
+    batch_size: int = 1
+    drop_last: bool = False
+    tail: str = "drop"
+    interleave: int = 4
+    shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        _positive_int("seed", self.seed, 0)
+        _positive_int("batch_size", self.batch_size, 1)
+        _positive_int("interleave", self.interleave, 1)
+        if self.tail not in TAILS:
+            raise ValueError(f"tail must be one of {TAILS}; found {self.tail!r}")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Frames ``[start, stop)`` of an episode that one stream reads as one piece of a chunk."""
+
+    chunk_id: int
+    episode_index: int
+    start: int
+    stop: int
+    dataset_from_index: int
+
+    @property
+    def length(self) -> int:
+        """Number of frames."""
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, eq=False)
+class Group:
+    """Segments read together; ``order[i]`` is the segment that emits the group's i-th frame."""
+
+    segments: tuple[Segment, ...]
+    order: np.ndarray
+    position: int
+
+    def global_indices(self) -> np.ndarray:
+        """The dataset ``index`` of every frame of the group, in emission order."""
+        out = np.empty(len(self.order), dtype=np.int64)
+        for j, seg in enumerate(self.segments):
+            mask = self.order == j
+            out[mask] = seg.dataset_from_index + np.arange(int(mask.sum()))
+        return out
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Position ``p`` of a stream-epoch: group, offset in it, frames done per segment of it."""
+
+    group: int
+    offset: int
+    done: tuple[int, ...]
+
+
+class Schedule:
+    """The pure schedule of one plan, config and topology. Cheap to build; caches per epoch.
+
+    Attributes:
+        frames_per_stream: ``Q``, frames each stream yields per epoch (equal for all).
+        batches_per_stream: batches each stream yields per epoch.
+        batches_per_rank: batches one rank's DataLoader yields per epoch.
+    """
+
+    def __init__(self, chunks: Sequence[Chunk], config: ScheduleConfig, topology: Topology):
+        if not chunks:
+            raise ValueError("the plan has no chunks; expected at least one episode")
+        self.chunks = tuple(chunks)
+        self.config = config
+        self.topology = topology
+        self._lengths = np.fromiter((c.length for c in self.chunks), dtype=np.int64)
+        self.total_frames = int(self._lengths.sum())
+        s = topology.num_streams
+        unit = config.batch_size if config.drop_last else 1
+        if config.tail == "drop":
+            q = (self.total_frames // (s * unit)) * unit
+        else:
+            q = -(-self.total_frames // (s * unit)) * unit
+        if q == 0:
+            raise ValueError(
+                f"The plan has {self.total_frames} frames but {s} streams x {unit} frames "
+                f"(batch_size with drop_last) need at least {s * unit}. Fix: use fewer workers "
+                "or ranks, a smaller batch_size, drop_last=False, or tail='pad'."
+            )
+        self.frames_per_stream = q
+        self.batches_per_stream = -(-q // config.batch_size)
+        self.batches_per_rank = self.batches_per_stream * topology.workers_per_rank
+        self.segments = functools.lru_cache(maxsize=64)(self._segments)
+        self._group_starts = functools.lru_cache(maxsize=64)(self._group_starts_uncached)
+        self._epoch_layout = functools.lru_cache(maxsize=4)(self._epoch_layout_uncached)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for k in ("segments", "_group_starts", "_epoch_layout"):
+            state.pop(k)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.segments = functools.lru_cache(maxsize=64)(self._segments)
+        self._group_starts = functools.lru_cache(maxsize=64)(self._group_starts_uncached)
+        self._epoch_layout = functools.lru_cache(maxsize=4)(self._epoch_layout_uncached)
+
+    def _rng(self, *key: int) -> np.random.Generator:
+        return np.random.default_rng(
+            np.random.SeedSequence(entropy=self.config.seed, spawn_key=tuple(int(k) for k in key))
+        )
+
+    def _check(self, epoch: int, stream: int) -> None:
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0; found {epoch}")
+        if not 0 <= stream < self.topology.num_streams:
+            raise ValueError(f"stream must be in [0, {self.topology.num_streams}); found {stream}")
+
+    def _epoch_layout_uncached(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self.chunks)
+        perm = self._rng(epoch, _PERMUTE).permutation(n) if self.config.shuffle else np.arange(n)
+        offsets = np.concatenate(([0], np.cumsum(self._lengths[perm])))
+        return perm, offsets
+
+    def _segments(self, epoch: int, stream: int) -> tuple[Segment, ...]:
+        """The stream's segments for an epoch, after the per-stream shuffle."""
+        self._check(epoch, stream)
+        perm, offsets = self._epoch_layout(epoch)
+        t, q = self.total_frames, self.frames_per_stream
+        pieces = []
+        a, b = stream * q, (stream + 1) * q
+        while a < b:  # positions past T wrap around (tail="pad")
+            x = a % t
+            take = min(b - a, t - x)
+            pieces.append((x, x + take))
+            a += take
+        segs: list[Segment] = []
+        for x, y in pieces:
+            k = int(np.searchsorted(offsets, x, side="right")) - 1
+            while k < len(perm) and offsets[k] < y:
+                cid = int(perm[k])
+                c = self.chunks[cid]
+                lo = max(x, int(offsets[k])) - int(offsets[k])
+                hi = min(y, int(offsets[k + 1])) - int(offsets[k])
+                segs.append(
+                    Segment(
+                        cid, c.episode_index, c.start + lo, c.start + hi, c.dataset_from_index + lo
+                    )
+                )
+                k += 1
+        if self.config.shuffle:
+            order = self._rng(epoch, _STREAM, stream).permutation(len(segs))
+            segs = [segs[i] for i in order]
+        return tuple(segs)
+
+    def _group_starts_uncached(self, epoch: int, stream: int) -> np.ndarray:
+        segs = self.segments(epoch, stream)
+        size = self.config.interleave
+        lengths = [sum(s.length for s in segs[i : i + size]) for i in range(0, len(segs), size)]
+        return np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+
+    def num_groups(self, epoch: int, stream: int) -> int:
+        """Number of groups in a stream-epoch."""
+        return len(self._group_starts(epoch, stream)) - 1
+
+    def group(self, epoch: int, stream: int, index: int) -> Group:
+        """Group ``index`` of a stream-epoch, with its seeded interleave order."""
+        segs = self.segments(epoch, stream)
+        size = self.config.interleave
+        members = segs[index * size : (index + 1) * size]
+        if not members:
+            raise IndexError(f"group {index} out of range ({self.num_groups(epoch, stream)})")
+        order = np.repeat(np.arange(len(members), dtype=np.int64), [s.length for s in members])
+        if self.config.shuffle and len(members) > 1:
+            order = self._rng(epoch, _GROUP, stream, index).permutation(order)
+        start = int(self._group_starts(epoch, stream)[index])
+        return Group(members, order, start)
+
+    def locate(self, epoch: int, stream: int, position: int) -> Cursor:
+        """Where position ``0 <= position < frames_per_stream`` of a stream-epoch is."""
+        self._check(epoch, stream)
+        if not 0 <= position < self.frames_per_stream:
+            raise ValueError(f"position must be in [0, {self.frames_per_stream}); found {position}")
+        starts = self._group_starts(epoch, stream)
+        g = int(np.searchsorted(starts, position, side="right")) - 1
+        grp = self.group(epoch, stream, g)
+        offset = position - int(starts[g])
+        done = np.bincount(grp.order[:offset], minlength=len(grp.segments))
+        return Cursor(g, offset, tuple(int(d) for d in done))
+
+    def iter_groups(
+        self, epoch: int, stream: int, position: int = 0
+    ) -> Iterator[tuple[Group, int]]:
+        """Groups from the one holding ``position`` on; the int is the offset in the first."""
+        if position >= self.frames_per_stream:
+            return
+        first = self.locate(epoch, stream, position)
+        yield self.group(epoch, stream, first.group), first.offset
+        for g in range(first.group + 1, self.num_groups(epoch, stream)):
+            yield self.group(epoch, stream, g), 0
+
+    def frame_indices(
+        self, epoch: int, stream: int, start: int = 0, stop: int | None = None
+    ) -> np.ndarray:
+        """Dataset ``index`` values the stream emits at positions ``[start, stop)`` of an epoch."""
+        stop = self.frames_per_stream if stop is None else min(stop, self.frames_per_stream)
+        parts = []
+        for grp, offset in self.iter_groups(epoch, stream, start):
+            if grp.position >= stop:
+                break
+            idx = grp.global_indices()
+            parts.append(idx[offset : stop - grp.position])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def worker_batches_done(batches: int, num_workers: int, worker_id: int) -> int:
+    """Batches worker ``worker_id`` delivered after the DataLoader delivered ``batches``.
+
+    ``torch.utils.data.DataLoader`` takes batch ``k`` from worker ``k % W`` while every worker has
+    data (and ours all have the same number of batches per epoch), so the answer is
+    ``batches // W + (worker_id < batches % W)`` with ``W = max(num_workers, 1)``.
+    """
+    w = max(num_workers, 1)
+    return batches // w + (worker_id < batches % w)
+
+
+@dataclass(frozen=True)
+class StreamStart:
+    """A stream resumes at ``position`` frames into ``epoch``."""
+
+    epoch: int
+    position: int
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where each worker role of a rank resumes, and the worker rotation of the first iteration.
+
+    ``starts[role]`` is indexed by the role a worker played in the interrupted run. A new
+    DataLoader iterator takes its first batch from worker 0, while the uninterrupted run would
+    have continued with role ``batches % W``; so new worker ``w`` plays role
+    ``(w + rotation) % W`` in the first iteration (later epochs use identity roles).
+    """
+
+    rotation: int
+    starts: tuple[StreamStart, ...]
+
+
+def resume_point(schedule: Schedule, batches: int, *, infinite: bool) -> ResumePoint:
+    """Turn ``batches`` delivered by this rank's DataLoader into per-role start positions.
+
+    Assumes the DataLoader's default round-robin order, the schedule's batch size, and that the
+    loader restarted epochs at every ``iter()`` (epoch mode) or streamed epochs back to back
+    (``infinite``). Cost: O(workers), independent of ``batches``.
+    """
+    _positive_int("batches", batches, 0)
+    topo, b, q = schedule.topology, schedule.config.batch_size, schedule.frames_per_stream
+    w = topo.workers_per_rank
+    if infinite:
+        starts = []
+        for role in range(w):
+            f = worker_batches_done(batches, topo.num_workers, role) * b
+            starts.append(StreamStart(f // q, f % q))
+        return ResumePoint(batches % w, tuple(starts))
+    epoch, s = divmod(batches, schedule.batches_per_rank)
+    starts = tuple(
+        StreamStart(epoch, min(worker_batches_done(s, topo.num_workers, role) * b, q))
+        for role in range(w)
+    )
+    return ResumePoint(s % w, starts)
