@@ -1,0 +1,492 @@
+"""ChunkedEpisodeDataset: the IterableDataset that streams a LeRobot dataset in chunks.
+
+Each DataLoader worker (of each DDP rank) plays one *stream* of the pure schedule
+(:mod:`robo_resume.schedule`): it reads its chunks sequentially (one parquet read and one video
+seek per chunk), interleaves the frames of a few open chunks in the schedule's seeded order, and
+yields LeRobot-compatible items (:mod:`robo_resume.items`). Every item carries a cursor
+(``item[CURSOR_KEY]``) so the main process can record exactly what the training loop consumed.
+
+Resuming is arithmetic: ``resume_step`` (or a saved :class:`~robo_resume.state.ResumeState`) is
+turned into each stream's (epoch, position) without reading anything that is skipped.
+
+Epochs: every ``iter()`` over the DataLoader is one epoch (the first one after a resume is the
+rest of the interrupted epoch). Workers learn the epoch from a small shared-memory table owned by
+this object, so it works with and without ``persistent_workers`` and there is no ``set_epoch`` to
+forget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .errors import ResumeStateError, describe
+from .format.metadata import DatasetMeta, load_metadata
+from .format.video import VideoReader
+from .items import ItemBuilder, ItemOptions
+from .plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
+from .reader import select_episodes
+from .schedule import (
+    Group,
+    Schedule,
+    ScheduleConfig,
+    Topology,
+    resume_point,
+    worker_batches_done,
+)
+from .state import ResumeState, StreamCursor
+
+if TYPE_CHECKING:
+    from .tracker import CursorTracker
+
+__all__ = ["CURSOR_KEY", "MAX_WORKERS", "ChunkedEpisodeDataset", "StreamTuning"]
+
+logger = logging.getLogger("robo_resume")
+
+CURSOR_KEY = "robo_resume_cursor"
+"""Item key of the cursor: int64 ``[rank, role, num_workers, epoch, position]``."""
+
+MAX_WORKERS = 128
+
+
+@dataclass(frozen=True)
+class StreamTuning:
+    """Knobs that change the order or the speed of streaming (defaults are sensible).
+
+    Attributes:
+        interleave: chunks open at once per stream whose frames are interleaved (1 = none).
+        tail: "drop" the few frames that do not divide evenly over the streams each epoch (a
+            different few every epoch), or "pad" by repeating frames from the epoch's start.
+        shuffle: permute chunks each epoch and per stream (False = episode order, for eval).
+        cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
+        block_frames: frames read from one chunk at a time (bounds memory per open chunk).
+        tolerance_s: video frame time tolerance (lerobot's default 1e-4 s).
+        decoder_threads: threads per video decoder; 1 suits several DataLoader workers.
+    """
+
+    interleave: int = 4
+    tail: str = "drop"
+    shuffle: bool = True
+    cut_at_keyframes: bool = False
+    block_frames: int = 16
+    tolerance_s: float = 1e-4
+    decoder_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.block_frames < 1:
+            raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class ChunkedEpisodeDataset(IterableDataset):
+    """Stream a LeRobot dataset (v3.0 or v2.1) in shuffled chunks with exact resume.
+
+    Args:
+        root: dataset folder (holding ``meta/``).
+        batch_size: the DataLoader's batch size (the schedule works per batch). Use
+            :meth:`dataloader` to build a matching DataLoader.
+        seed: base seed; the order is a pure function of (seed, epoch, topology).
+        resume_step: samples this rank's loader had delivered, ``step * batch_size``.
+        resume_state: a state from :meth:`CursorTracker.state_dict` (or the dataset's own
+            :meth:`state_dict`); takes precedence over ``resume_step``.
+        chunk_frames: maximum frames per chunk (contiguous frames of one episode).
+        episodes: episode indices to use (``index`` values stay absolute).
+        delta_timestamps, image_transforms, image_dtype: as in :class:`LeRobotReader`.
+        drop_last: make every stream's epoch a whole number of batches (pass the same value to
+            the DataLoader; :meth:`dataloader` does).
+        infinite: one endless iteration over consecutive epochs (step-based trainers).
+        rank, world_size: DDP position; default from ``torch.distributed`` when initialised.
+        tuning: :class:`StreamTuning`.
+
+    Every batch holds ``CURSOR_KEY``; pass batches through :class:`CursorTracker.consume` to
+    record and strip it. Construct the dataset after ``init_process_group`` when using DDP.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        batch_size: int,
+        seed: int = 0,
+        resume_step: int = 0,
+        resume_state: Mapping[str, Any] | ResumeState | None = None,
+        chunk_frames: int = 64,
+        episodes: Iterable[int] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        image_dtype: str = "float32",
+        drop_last: bool = False,
+        infinite: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        tuning: StreamTuning | None = None,
+        meta: DatasetMeta | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(describe("batch_size must be a positive int", found=batch_size))
+        if chunk_frames < 1:
+            raise ValueError(describe("chunk_frames must be >= 1", found=chunk_frames))
+        if resume_step < 0 or resume_step % batch_size:
+            raise ValueError(
+                describe(
+                    "resume_step must be a non-negative multiple of batch_size",
+                    expected=f"step * batch_size (a multiple of {batch_size})",
+                    found=resume_step,
+                    fix="pass resume_step=step * batch_size, where step counts batches",
+                )
+            )
+        self.tuning = tuning or StreamTuning()
+        self.meta = meta if meta is not None else load_metadata(root)
+        self.episodes = select_episodes(self.meta, episodes)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.drop_last = drop_last
+        self.infinite = infinite
+        self.chunk_frames = chunk_frames
+        self.resume_step = resume_step
+        self.rank, self.world_size = _resolve_rank(rank, world_size)
+        self.items = ItemBuilder(
+            self.meta,
+            ItemOptions(
+                delta_timestamps=delta_timestamps,
+                image_dtype=image_dtype,
+                image_transforms=image_transforms,
+                tolerance_s=self.tuning.tolerance_s,
+                decoder_threads=self.tuning.decoder_threads,
+            ),
+        )
+        spans = [
+            EpisodeSpan(e, self.meta.episode(e).dataset_from_index, self.meta.episode(e).length)
+            for e in self.episodes
+        ]
+        cuts = self._keyframe_cuts() if self.tuning.cut_at_keyframes else None
+        self.chunks: tuple[Chunk, ...] = make_chunks(spans, chunk_frames, cut_points=cuts)
+        self.config = ScheduleConfig(
+            seed=seed,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            tail=self.tuning.tail,
+            interleave=self.tuning.interleave,
+            shuffle=self.tuning.shuffle,
+        )
+        self.fingerprint = {
+            "dataset": self.meta.fingerprint()["episodes_sha256"],
+            "total_frames": sum(s.length for s in spans),
+            "episodes": _hash(list(self.episodes)),
+            "plan": plan_fingerprint(self.chunks)[:16],
+            "seed": seed,
+            "batch_size": batch_size,
+            "drop_last": drop_last,
+            "tail": self.tuning.tail,
+            "interleave": self.tuning.interleave,
+            "shuffle": self.tuning.shuffle,
+            "mode": "infinite" if infinite else "epoch",
+        }
+        self.resume_state = None
+        if resume_state is not None:
+            self.resume_state = ResumeState.from_dict(resume_state)
+            self.resume_state.check_fingerprint(self.fingerprint)
+        # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
+        self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
+        self._schedules: dict[int, Schedule] = {}
+        self._loaded: dict[str, int] | None = None
+        self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
+
+    # -- pure parts ----------------------------------------------------------------------------
+    def schedule(self, num_workers: int) -> Schedule:
+        """The pure schedule for this rank's DataLoader with ``num_workers`` workers."""
+        s = self._schedules.get(num_workers)
+        if s is None:
+            s = Schedule(self.chunks, self.config, Topology(self.world_size, num_workers))
+            self._schedules[num_workers] = s
+        return s
+
+    def batches_per_epoch(self, num_workers: int) -> int:
+        """Batches this rank's DataLoader yields per epoch (equal on every rank)."""
+        return self.schedule(num_workers).batches_per_rank
+
+    def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int]], int]:
+        """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
+
+        From ``resume_state`` when given (cursors), else from ``resume_step`` (arithmetic). New
+        worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration.
+        """
+        sched = self.schedule(num_workers)
+        if self.resume_state is None:
+            batches = self.resume_step // self.batch_size
+            rp = resume_point(sched, batches, infinite=self.infinite)
+            return rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches
+        return self._start_from_cursors(sched, num_workers)
+
+    def _start_from_cursors(self, sched: Schedule, num_workers: int):
+        st = self.resume_state
+        if (st.world_size, st.num_workers) != (self.world_size, num_workers):
+            raise ResumeStateError(
+                describe(
+                    "The resume state was recorded with a different topology",
+                    expected=f"world_size={self.world_size}, num_workers={num_workers} (this run)",
+                    found=f"world_size={st.world_size}, num_workers={st.num_workers} (the state)",
+                    fix="resume with the same number of ranks and DataLoader workers; changing "
+                    "them mid-epoch would replay or lose frames",
+                )
+            )
+        wp = max(num_workers, 1)
+        mine = {c.role: c for c in st.cursors if c.rank == self.rank}
+        if sorted(mine) != list(range(wp)):
+            raise ResumeStateError(
+                describe(
+                    "The resume state lacks cursors of this rank's streams",
+                    expected=f"roles 0..{wp - 1} of rank {self.rank}",
+                    found=sorted(mine),
+                    fix="save the state with CursorTracker.state_dict() (it gathers all ranks)",
+                )
+            )
+        q, b = sched.frames_per_stream, self.batch_size
+        cur = [mine[r] for r in range(wp)]
+        if self.infinite:
+            done = [(c.epoch * q + c.position) // b for c in cur]
+            total = sum(done)
+            starts = [(c.epoch, c.position) for c in cur]
+        else:
+            # A stream that finished epoch e-1 before its first batch of epoch e stands at
+            # (e-1, Q), which is the same place as (e, 0).
+            last = max(c.epoch for c in cur)
+            cur = [
+                StreamCursor(c.rank, c.role, last, 0)
+                if c.epoch == last - 1 and c.position >= q
+                else c
+                for c in cur
+            ]
+            epochs = {c.epoch for c in cur}
+            if len(epochs) != 1:
+                raise ResumeStateError(
+                    describe(
+                        "Stream cursors stand in different epochs",
+                        expected="all streams of a rank in one epoch (epoch mode)",
+                        found=[(c.role, c.epoch, c.position) for c in cur],
+                    )
+                )
+            e = epochs.pop()
+            if all(c.position >= q for c in cur):
+                return 0, [(e + 1, 0)] * wp, st.batches
+            done = [-(-c.position // b) for c in cur]
+            total = sum(done)
+            starts = [(c.epoch, c.position) for c in cur]
+        expect = [worker_batches_done(total, num_workers, r) for r in range(wp)]
+        if done != expect:
+            raise ResumeStateError(
+                describe(
+                    "Stream cursors are not a DataLoader round-robin prefix",
+                    expected=f"batches per stream {expect}",
+                    found=f"{done}",
+                    fix="record cursors with CursorTracker.consume on every batch, in order",
+                )
+            )
+        return total % wp, starts, st.batches
+
+    def _keyframe_cuts(self) -> dict[int, list[int]]:
+        cuts: dict[int, list[int]] = {}
+        if not self.meta.camera_keys:
+            return cuts
+        cam = self.meta.camera_keys[0]
+        times: dict[str, list[float]] = {}
+        for e in self.episodes:
+            ep = self.meta.episode(e)
+            ref = ep.videos[cam]
+            if ref.path not in times:
+                times[ref.path] = VideoReader(self.meta.root / ref.path, episode=e).keyframe_times()
+            fps = self.meta.fps
+            cuts[e] = sorted(
+                {
+                    round((t - ref.from_timestamp) * fps)
+                    for t in times[ref.path]
+                    if ref.from_timestamp - 1e-6 <= t < ref.from_timestamp + ep.length / fps
+                }
+            )
+        return cuts
+
+    # -- torch protocol ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        num_workers = info.num_workers if info is not None else 0
+        worker = info.id if info is not None else 0
+        if num_workers > MAX_WORKERS:
+            raise ValueError(describe("Too many workers", expected=f"<= {MAX_WORKERS}"))
+        sched = self.schedule(num_workers)
+        wp = max(num_workers, 1)
+        slot = self._slots[worker]
+        resumed = False
+        if self._loaded is not None:
+            st, self._loaded = self._loaded, None
+            role, epoch, position = st["role"], st["epoch"], st["position"]
+            resumed = True
+        elif int(slot[1]) == 0:
+            rotation, starts, _ = self.start_point(num_workers)
+            role = (worker + rotation) % wp
+            epoch, position = starts[role]
+            resumed = self.resume_state is not None or self.resume_step > 0
+        else:
+            role, epoch, position = worker, int(slot[0]), 0
+        slot[1] = 1
+        slot[0] = epoch + 1
+        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
+        if resumed:
+            self._log_resume(sched, stream, epoch, position)
+        return self._generate(sched, stream, role, num_workers, epoch, position, slot)
+
+    def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
+        if position >= sched.frames_per_stream:
+            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
+            return
+        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
+        done = np.bincount(group.order[:offset], minlength=len(group.segments))
+        j = int(group.order[offset])
+        seg = group.segments[j]
+        logger.info(
+            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
+            stream,
+            epoch,
+            seg.chunk_id,
+            seg.start + int(done[j]),
+            seg.episode_index,
+            position,
+        )
+
+    def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
+        q = sched.frames_per_stream
+        while True:
+            slot[0] = epoch + 1
+            if position < q:
+                for group, offset in sched.iter_groups(epoch, stream, position):
+                    yield from self._read_group(group, offset, role, num_workers, epoch)
+            if not self.infinite:
+                return
+            epoch, position = epoch + 1, 0
+
+    def _read_group(
+        self, group: Group, offset: int, role: int, num_workers: int, epoch: int
+    ) -> Iterator[dict[str, Any]]:
+        segs = group.segments
+        k = len(segs)
+        order = group.order
+        nxt = [s.start for s in segs]
+        for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
+            nxt[j] += int(c)
+        readers: list[Any] = [None] * k
+        position = group.position + offset
+        block = self.tuning.block_frames * k
+        head = torch.tensor([self.rank, role, num_workers, epoch], dtype=torch.int64)
+        live = self._live
+        try:
+            i = offset
+            while i < len(order):
+                labels = order[i : i + block]
+                counts = np.bincount(labels, minlength=k)
+                made: list[list[dict[str, Any]]] = [[] for _ in range(k)]
+                for j in np.flatnonzero(counts):
+                    if readers[j] is None:
+                        seg = segs[j]
+                        readers[j] = self.items.episode_reader(seg.episode_index, nxt[j], seg.stop)
+                    made[j] = readers[j].items(range(nxt[j], nxt[j] + int(counts[j])))
+                    nxt[j] += int(counts[j])
+                    if nxt[j] >= segs[j].stop:
+                        readers[j].close()
+                ptr = [0] * k
+                for j in labels.tolist():
+                    item = made[j][ptr[j]]
+                    ptr[j] += 1
+                    position += 1
+                    item[CURSOR_KEY] = torch.cat((head, torch.tensor([position])))
+                    live["position"] = position
+                    yield item
+                i += len(labels)
+        finally:
+            for r in readers:
+                if r is not None:
+                    r.close()
+
+    # -- StatefulDataLoader protocol -------------------------------------------------------------
+    def state_dict(self) -> dict[str, int]:
+        """This stream's position (what it has yielded), for torchdata's StatefulDataLoader."""
+        return dict(self._live)
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Continue from a :meth:`state_dict` in the next ``iter()`` (StatefulDataLoader hook)."""
+        need = ("rank", "role", "num_workers", "epoch", "position")
+        if any(k not in state for k in need):
+            raise ResumeStateError(
+                describe("Invalid dataset state", expected=f"keys {need}", found=sorted(state))
+            )
+        if int(state["rank"]) != self.rank:
+            raise ResumeStateError(
+                describe(
+                    "Dataset state of another rank",
+                    expected=f"rank {self.rank}",
+                    found=f"rank {state['rank']}",
+                )
+            )
+        self._loaded = {k: int(state[k]) for k in need}
+        self._live.update(self._loaded)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
+        """A ``torch.utils.data.DataLoader`` with this dataset's batch size and drop_last."""
+        for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler"):
+            if bad in kwargs:
+                raise ValueError(
+                    describe(
+                        f"dataloader() sets {bad} itself",
+                        found=f"{bad}={kwargs[bad]!r}",
+                        fix=f"set {bad} on the dataset (or build the DataLoader yourself)",
+                    )
+                )
+        return torch.utils.data.DataLoader(
+            self,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            num_workers=num_workers,
+            **kwargs,
+        )
+
+    def tracker(self) -> CursorTracker:
+        """A :class:`CursorTracker` for batches of this dataset."""
+        from .tracker import CursorTracker
+
+        return CursorTracker(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"ChunkedEpisodeDataset(root={str(self.meta.root)!r}, episodes={len(self.episodes)}, "
+            f"chunks={len(self.chunks)}, batch_size={self.batch_size}, seed={self.seed}, "
+            f"rank={self.rank}/{self.world_size}, mode={'infinite' if self.infinite else 'epoch'})"
+        )
+
+
+def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if rank is None or world_size is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world_size = dist.get_world_size() if world_size is None else world_size
+    rank = 0 if rank is None else int(rank)
+    world_size = 1 if world_size is None else int(world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(
+            describe("rank must be in [0, world_size)", found=f"rank={rank}, world={world_size}")
+        )
+    return rank, world_size

@@ -1,0 +1,95 @@
+"""Shared fixtures: factory datasets (real files), a dataset written by lerobot, open50."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from robo_resume.testing import make_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
+OPEN50_MISSING_VIDEO = (1, 2, 7, 9, 25, 33, 34)
+OPEN50_WITH_VIDEO = tuple(e for e in range(50) if e not in OPEN50_MISSING_VIDEO)
+
+warnings.filterwarnings("ignore", message=".*video decoding and encoding capabilities.*")
+
+
+@pytest.fixture(scope="session")
+def open50() -> Path:
+    """The real published dataset in ../shared/datasets/open50 (CI always has it)."""
+    if not (OPEN50 / "meta" / "info.json").is_file():
+        pytest.skip(f"{OPEN50} is absent: this checkout has no ../shared/datasets beside it")
+    return OPEN50
+
+
+@pytest.fixture(scope="session")
+def factory(tmp_path_factory):
+    """make_dataset(**kw) cached per keyword set for the whole session."""
+    cache = {}
+
+    def make(**kw):
+        key = tuple(sorted(kw.items()))
+        if key not in cache:
+            root = tmp_path_factory.mktemp("factory") / "ds"
+            cache[key] = make_dataset(root, **kw)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def lerobot_written(tmp_path_factory) -> Path:
+    """A v3.0 dataset written by lerobot's own writer (create/add_frame/save_episode/finalize)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = tmp_path_factory.mktemp("lerobot") / "ds"
+    features = {
+        "observation.state": {"dtype": "float32", "shape": (3,), "names": None},
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+        "observation.images.top": {
+            "dtype": "video",
+            "shape": (48, 64, 3),
+            "names": ["height", "width", "channels"],
+        },
+        "observation.images.wrist": {
+            "dtype": "video",
+            "shape": (48, 64, 3),
+            "names": ["height", "width", "channels"],
+        },
+    }
+    ds = LeRobotDataset.create(
+        "local/lerobot_written", fps=15, features=features, root=root, use_videos=True
+    )
+    rng = np.random.default_rng(0)
+    for ep, length in enumerate((12, 25, 7, 18)):
+        for f in range(length):
+            base = rng.integers(0, 255, size=(6, 8, 3), dtype=np.uint8)
+            img = np.kron(base, np.ones((8, 8, 1), dtype=np.uint8))
+            ds.add_frame(
+                {
+                    "observation.state": np.array([ep, f, rng.normal()], dtype=np.float32),
+                    "action": rng.normal(size=2).astype(np.float32),
+                    "observation.images.top": img,
+                    "observation.images.wrist": img[::-1].copy(),
+                    "task": ("pick", "place", "push")[ep % 3],
+                }
+            )
+        ds.save_episode()
+    ds.finalize()
+    return root
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how many items the lerobot conformance tests compared (for the closing note)."""
+    try:
+        from .test_conformance import STATS
+    except ImportError:  # pragma: no cover
+        return
+    if STATS["items"]:
+        terminalreporter.write_line(
+            f"lerobot conformance: {STATS['items']} items compared, "
+            f"max image difference {STATS['max_image_diff']}"
+        )

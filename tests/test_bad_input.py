@@ -1,0 +1,165 @@
+"""Bad input gets a specific exception whose message names the file, the episode and the fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from robo_resume import (
+    ChunkedEpisodeDataset,
+    CorruptFileError,
+    DatasetFormatError,
+    LeRobotReader,
+    MetadataMismatchError,
+    MissingFileError,
+    RoboResumeError,
+    UnsupportedVersionError,
+    load_metadata,
+)
+
+
+@pytest.fixture
+def copy(factory, tmp_path):
+    """A fresh writable copy of a small factory dataset (v3.0, 1 camera)."""
+
+    def make(**kw):
+        src = factory(**kw).root
+        dst = tmp_path / "bad"
+        shutil.copytree(src, dst)
+        return dst
+
+    return make
+
+
+def edit_info(root, **changes):
+    info = json.loads((root / "meta" / "info.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            info.pop(k, None)
+        else:
+            info[k] = v
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+
+
+def test_open50_missing_video_names_file_and_episode(open50):
+    reader = LeRobotReader(open50, episodes=[1])
+    with pytest.raises(MissingFileError, match=r"file-001\.mp4.*episode 1.*Fix: .*episodes="):
+        reader[0]
+
+
+def test_open50_other_episodes_work(open50):
+    reader = LeRobotReader(open50, episodes=[0, 3])
+    assert reader[0]["image"].shape == (3, 480, 640)
+    assert int(reader[len(reader) - 1]["episode_index"]) == 3
+
+
+def test_missing_fps(copy):
+    root = copy()
+    edit_info(root, fps=None)
+    with pytest.raises(DatasetFormatError, match=r"no 'fps'.*info\.json"):
+        load_metadata(root)
+
+
+def test_missing_features(copy):
+    root = copy()
+    edit_info(root, features=None)
+    with pytest.raises(DatasetFormatError, match=r"no 'features'.*info\.json"):
+        load_metadata(root)
+
+
+@pytest.mark.parametrize(
+    ("version", "hint"),
+    [
+        ("v2.0", "convert_dataset_v20_to_v21"),
+        ("v1.6", "convert_dataset_v1_to_v2"),
+        ("v9.9", "convert_dataset_v21_to_v30"),
+    ],
+)
+def test_unsupported_version(copy, version, hint):
+    root = copy()
+    edit_info(root, codebase_version=version)
+    with pytest.raises(
+        UnsupportedVersionError, match=rf"Expected v2\.1 or v3\.0.*{version}.*{hint}"
+    ):
+        load_metadata(root)
+
+
+def test_bad_json(copy):
+    root = copy()
+    (root / "meta" / "info.json").write_text("{not json")
+    with pytest.raises(CorruptFileError, match=r"not valid JSON.*info\.json"):
+        load_metadata(root)
+
+
+def test_missing_root(tmp_path):
+    with pytest.raises(MissingFileError, match="dataset root does not exist"):
+        load_metadata(tmp_path / "nope")
+
+
+def test_corrupt_parquet(copy):
+    root = copy()
+    meta = load_metadata(root)
+    ep = meta.episodes[0]
+    (root / ep.data_path).write_bytes(b"PAR1 this is not parquet")
+    reader = LeRobotReader(root)
+    with pytest.raises(
+        CorruptFileError, match=rf"not a readable parquet.*{ep.data_path}.*episode 0"
+    ):
+        reader[0]
+
+
+def test_row_count_disagrees(copy):
+    root = copy()
+    meta = load_metadata(root)
+    ep = meta.episodes[0]
+    path = root / ep.data_path
+    df = pd.read_parquet(path)
+    df.iloc[:-3].to_parquet(path)
+    with pytest.raises(MetadataMismatchError, match=rf"number of rows.*{ep.data_path}.*episode 0"):
+        LeRobotReader(root)[0]
+
+
+def test_truncated_video(copy):
+    root = copy(codec="h264", gop=250)
+    meta = load_metadata(root)
+    ep = meta.episodes[-1]
+    path = root / ep.videos[meta.camera_keys[0]].path
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    reader = LeRobotReader(root, episodes=[ep.episode_index])
+    with pytest.raises(RoboResumeError, match=rf"{path.name}.*episode {ep.episode_index}"):
+        for i in range(len(reader)):
+            reader[i]
+
+
+def test_zero_byte_video(copy):
+    root = copy()
+    meta = load_metadata(root)
+    ep = meta.episodes[0]
+    path = root / ep.videos[meta.camera_keys[0]].path
+    path.write_bytes(b"")
+    with pytest.raises(CorruptFileError, match=rf"cannot be opened.*{path.name}.*episode 0.*Fix"):
+        LeRobotReader(root)[0]
+
+
+def test_path_escaping_root(copy):
+    root = copy()
+    edit_info(root, data_path="../../etc/{chunk_index}{file_index}.parquet")
+    with pytest.raises(DatasetFormatError, match=r"escapes the dataset root"):
+        load_metadata(root)
+
+
+def test_streaming_reports_missing_video(open50):
+    ds = ChunkedEpisodeDataset(open50, batch_size=4, episodes=[0, 1], chunk_frames=32)
+    with pytest.raises(MissingFileError, match=r"file-001\.mp4.*episode 1"):
+        for _ in ds:
+            pass
+
+
+def test_unknown_delta_key(factory):
+    root = factory().root
+    with pytest.raises(DatasetFormatError, match=r"unknown feature 'actions'.*Fix"):
+        LeRobotReader(root, delta_timestamps={"actions": [0.0]})

@@ -1,0 +1,53 @@
+"""DDP: 2 CPU processes under torchrun (gloo), crash and resume, every rank exactly once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).with_name("ddp_run.py")
+
+
+def torchrun(tmp_path, name, root, *extra):
+    out = tmp_path / name
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(SCRIPT),
+        "--root",
+        str(root),
+        "--out",
+        str(out),
+        *extra,
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return [json.loads((out / f"rank{k}.json").read_text()) for k in range(2)], out
+
+
+@pytest.mark.timeout(600)
+def test_ddp_two_ranks_crash_and_resume(factory, tmp_path):
+    root = factory(episode_lengths=(23, 41, 17, 30, 9, 26), num_cameras=0).root
+    full, _ = torchrun(tmp_path, "full", root)
+    assert len(full[0]) == len(full[1]), "ranks must yield the same number of batches"
+    n_epoch_batches = len(full[0]) // 2
+    epoch0 = [i for r in full for b in r[:n_epoch_batches] for i in b]
+    assert len(epoch0) == len(set(epoch0)), "a frame was given to two ranks in one epoch"
+    total = sum((23, 41, 17, 30, 9, 26))
+    assert total - len(epoch0) < 2 * 2 * 1, "more than the tail was dropped"
+
+    crash = n_epoch_batches // 2 + 1
+    before, out = torchrun(tmp_path, "crash", root, "--crash-at", str(crash))
+    assert all(len(b) == crash for b in before)
+    state = json.loads((out / "state.json").read_text())
+    assert sorted({c[0] for c in state["cursors"]}) == [0, 1], "state must cover all ranks"
+    after, _ = torchrun(tmp_path, "resume", root, "--resume", str(out / "state.json"))
+    for rank in range(2):
+        assert before[rank] + after[rank] == full[rank], f"rank {rank} resumed order differs"

@@ -1,0 +1,259 @@
+"""The shared resume harness: crash a real DataLoader run, resume, compare the exact order.
+
+Every check compares the sequence of batches (index values, in order, batch boundaries
+included) of an interrupted-and-resumed run with an uninterrupted one. Nothing is sorted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, CursorTracker, ResumeStateError
+from robo_resume.audit import consume, epochs_started
+
+LENGTHS = (23, 41, 17, 30, 9, 26)
+
+
+@pytest.fixture(scope="module")
+def tab_root(factory):
+    """No cameras: resume logic is independent of video, and this keeps the matrix fast."""
+    return factory(episode_lengths=LENGTHS, num_cameras=0).root
+
+
+@pytest.fixture(scope="module")
+def cam_root(factory):
+    return factory(episode_lengths=(19, 27, 12), num_cameras=1, codec="h264", gop=250).root
+
+
+def flat(batches):
+    return [b for _, b in batches]
+
+
+def run_resume(
+    root,
+    *,
+    num_workers,
+    batch_size,
+    crash_at,
+    epochs=2,
+    infinite=False,
+    total=None,
+    loader_kwargs=None,
+    **kw,
+):
+    """Return (full, before, after_arithmetic, after_cursor) as lists of index batches."""
+
+    def make(**extra):
+        return ChunkedEpisodeDataset(root, batch_size=batch_size, infinite=infinite, **kw, **extra)
+
+    common = dict(num_workers=num_workers, loader_kwargs=loader_kwargs)
+    if infinite:
+        full, _ = consume(make, stop_after=total, **common)
+        before, state = consume(make, stop_after=crash_at, **common)
+        left = dict(stop_after=total - crash_at)
+    else:
+        full, _ = consume(make, epochs=epochs, **common)
+        before, state = consume(make, epochs=epochs, stop_after=crash_at, **common)
+        left = dict(epochs=epochs - epochs_started(make(), state, num_workers))
+    arith, _ = consume(make, resume_step=crash_at * batch_size, **common, **left)
+    cursor, _ = consume(make, resume_state=state, **common, **left)
+    return flat(full), flat(before), flat(arith), flat(cursor)
+
+
+def assert_exact(full, before, after, what):
+    got = before + after
+    assert len(got) == len(full), f"{what}: {len(got)} batches, expected {len(full)}"
+    for k, (a, b) in enumerate(zip(got, full, strict=True)):
+        assert a == b, f"{what}: batch {k} is {a}, uninterrupted run had {b}"
+
+
+def crash_points(root, num_workers, batch_size, **kw):
+    ds = ChunkedEpisodeDataset(root, batch_size=batch_size, **kw)
+    per_epoch = ds.batches_per_epoch(num_workers)
+    return sorted({1, max(1, per_epoch // 2 + 1), per_epoch, per_epoch + 1})
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("batch_size", [1, 7, 32])
+def test_epoch_mode_all_crash_points(tab_root, num_workers, batch_size):
+    kw = dict(seed=11, chunk_frames=8)
+    for s in crash_points(tab_root, num_workers, batch_size, **kw):
+        full, before, arith, cursor = run_resume(
+            tab_root, num_workers=num_workers, batch_size=batch_size, crash_at=s, **kw
+        )
+        assert_exact(full, before, arith, f"arithmetic W={num_workers} B={batch_size} s={s}")
+        assert_exact(full, before, cursor, f"cursor W={num_workers} B={batch_size} s={s}")
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_drop_last_and_seeds(tab_root, drop_last, seed):
+    kw = dict(seed=seed, chunk_frames=10, drop_last=drop_last)
+    for s in crash_points(tab_root, 2, 7, **kw):
+        full, before, arith, cursor = run_resume(
+            tab_root, num_workers=2, batch_size=7, crash_at=s, **kw
+        )
+        assert_exact(full, before, arith, f"arith drop_last={drop_last} s={s}")
+        assert_exact(full, before, cursor, f"cursor drop_last={drop_last} s={s}")
+        if drop_last:
+            assert all(len(b) == 7 for b in full)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+def test_infinite_mode(tab_root, num_workers):
+    kw = dict(seed=5, chunk_frames=8)
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=7, infinite=True, **kw)
+    per_epoch = ds.batches_per_epoch(num_workers)
+    total = 3 * per_epoch + 2
+    for s in (1, per_epoch, per_epoch + 1, 2 * per_epoch + 1):
+        full, before, arith, cursor = run_resume(
+            tab_root,
+            num_workers=num_workers,
+            batch_size=7,
+            crash_at=s,
+            infinite=True,
+            total=total,
+            **kw,
+        )
+        assert all(len(b) == 7 for b in full)  # batches straddle epochs, never partial
+        assert_exact(full, before, arith, f"infinite arith s={s}")
+        assert_exact(full, before, cursor, f"infinite cursor s={s}")
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_persistent_workers_epochs_advance(tab_root, persistent):
+    """Each iter() is the next epoch, with or without persistent workers (no set_epoch trap)."""
+    kw = dict(seed=3, chunk_frames=8)
+    loader_kwargs = dict(persistent_workers=persistent)
+    for s in crash_points(tab_root, 2, 7, **kw):
+        full, before, arith, cursor = run_resume(
+            tab_root,
+            num_workers=2,
+            batch_size=7,
+            crash_at=s,
+            epochs=3,
+            loader_kwargs=loader_kwargs,
+            **kw,
+        )
+        assert_exact(full, before, arith, f"persistent={persistent} s={s}")
+        assert_exact(full, before, cursor, f"persistent={persistent} s={s}")
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=7, **kw)
+    loader = ds.dataloader(num_workers=2, persistent_workers=persistent)
+    epochs = [[i for b in loader for i in b["index"].tolist()] for _ in range(3)]
+    assert epochs[0] != epochs[1] != epochs[2]
+    assert len(set(epochs[0])) == len(epochs[0])
+
+
+def test_with_video_and_delta(cam_root):
+    kw = dict(seed=1, chunk_frames=6, delta_timestamps={"action": [0, 0.1, 0.2]})
+    for s in (1, 3, 4):
+        full, before, arith, cursor = run_resume(
+            cam_root, num_workers=2, batch_size=5, crash_at=s, epochs=1, **kw
+        )
+        assert_exact(full, before, arith, f"video s={s}")
+        assert_exact(full, before, cursor, f"video s={s}")
+
+
+def test_stateful_dataloader(tab_root):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    for num_workers in (0, 2, 3):
+        for s in (1, 4, 5):
+            ds = ChunkedEpisodeDataset(tab_root, batch_size=7, seed=2, chunk_frames=8)
+            full = [
+                b["index"].tolist()
+                for b in StatefulDataLoader(ds, batch_size=7, num_workers=num_workers)
+            ]
+            dl = StatefulDataLoader(
+                ChunkedEpisodeDataset(tab_root, batch_size=7, seed=2, chunk_frames=8),
+                batch_size=7,
+                num_workers=num_workers,
+            )
+            before = []
+            for b in dl:
+                before.append(b["index"].tolist())
+                if len(before) == s:
+                    sd = dl.state_dict()
+                    break
+            sd = json.loads(json.dumps(sd, default=lambda o: o.tolist()))
+            dl2 = StatefulDataLoader(
+                ChunkedEpisodeDataset(tab_root, batch_size=7, seed=2, chunk_frames=8),
+                batch_size=7,
+                num_workers=num_workers,
+            )
+            dl2.load_state_dict(sd)
+            after = [b["index"].tolist() for b in dl2]
+            assert_exact(full, before, after, f"StatefulDataLoader W={num_workers} s={s}")
+
+
+def test_cursor_in_every_batch_and_consume_strips_it(tab_root):
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=4, seed=0)
+    tracker = CursorTracker(ds)
+    batch = next(iter(ds.dataloader(num_workers=0)))
+    assert batch[CURSOR_KEY].shape == (4, 5)
+    assert batch[CURSOR_KEY][:, 4].tolist() == [1, 2, 3, 4]
+    clean = tracker.consume(batch)
+    assert CURSOR_KEY not in clean
+    assert tracker.resume_step == 4
+
+
+def test_tracker_rejects_wrong_batch_size(tab_root):
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=4, seed=0)
+    loader = torch.utils.data.DataLoader(ds, batch_size=5)
+    with pytest.raises(ValueError, match=r"batch size differs.*Fix: build the loader"):
+        ds.tracker().consume(next(iter(loader)))
+
+
+def test_state_is_json_and_fingerprinted(tab_root):
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=4, seed=0, chunk_frames=8)
+    tracker = ds.tracker()
+    for step, b in enumerate(ds.dataloader(num_workers=2)):
+        tracker.consume(b)
+        if step == 2:
+            break
+    state = json.loads(json.dumps(tracker.state_dict()))
+    assert state["batches"] == 3 and state["num_workers"] == 2
+    with pytest.raises(
+        ResumeStateError,
+        match=r"different 'seed'.*Expected seed=1 .this dataset.*Found seed=0 .the state",
+    ):
+        ChunkedEpisodeDataset(tab_root, batch_size=4, seed=1, chunk_frames=8, resume_state=state)
+    with pytest.raises(ResumeStateError, match=r"different 'plan'"):
+        ChunkedEpisodeDataset(tab_root, batch_size=4, seed=0, chunk_frames=9, resume_state=state)
+    other = ChunkedEpisodeDataset(
+        tab_root, batch_size=4, seed=0, chunk_frames=8, resume_state=state
+    )
+    with pytest.raises(ResumeStateError, match=r"different topology.*num_workers=3.*num_workers=2"):
+        next(iter(other.dataloader(num_workers=3)))
+
+
+def test_resume_step_must_be_batch_multiple(tab_root):
+    with pytest.raises(ValueError, match=r"multiple of batch_size.*Fix: pass resume_step=step"):
+        ChunkedEpisodeDataset(tab_root, batch_size=4, resume_step=6)
+
+
+def test_resume_logs_one_line_per_stream(tab_root, caplog):
+    caplog.set_level("INFO", logger="robo_resume")
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=4, seed=0, resume_step=12, chunk_frames=8)
+    next(iter(ds.dataloader(num_workers=0)))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resume:")]
+    assert len(lines) == 1
+    assert lines[0].startswith("resume: stream=0 epoch=0 chunk=")
+    assert "frame=" in lines[0]
+
+
+def test_determinism_across_processes(tab_root):
+    code = (
+        "import sys, json; from robo_resume import ChunkedEpisodeDataset as D;"
+        f"ds = D({str(tab_root)!r}, batch_size=7, seed=9, chunk_frames=8);"
+        "print(json.dumps([b['index'].tolist() for b in ds.dataloader(num_workers=2)]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=7, seed=9, chunk_frames=8)
+    here = [b["index"].tolist() for b in ds.dataloader(num_workers=2)]
+    assert json.loads(out.stdout) == here
