@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import CONFORMANCE_STATS as STATS
+from conftest import OPEN50_WITH_VIDEO
 
 from robo_resume import LeRobotReader
 
-from .conftest import OPEN50_WITH_VIDEO
-
 IMAGE_TOLERANCE = 0.0  # documented above: exact
 
-STATS = {"items": 0, "max_image_diff": 0.0}
 
 
 def lerobot_dataset(root, **kw):

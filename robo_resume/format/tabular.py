@@ -64,7 +64,7 @@ class ParquetTable:
         state["_file"] = None
         return state
 
-    def _open(self):
+    def _open(self, episode: int | None = None):
         if self._file is not None:
             return self._file
         import pyarrow.parquet as pq
@@ -76,6 +76,7 @@ class ParquetTable:
                     expected="the parquet file that meta/ points to",
                     found="no such file",
                     file=self.path,
+                    episode=episode,
                     fix="download the dataset again, or select episodes whose files exist",
                 )
             )
@@ -88,6 +89,7 @@ class ParquetTable:
                     expected="a valid parquet file",
                     found=f"{type(exc).__name__}: {exc}",
                     file=self.path,
+                    episode=episode,
                     fix="download this file again; it is probably truncated",
                 )
             ) from exc
@@ -104,7 +106,7 @@ class ParquetTable:
 
     def check_rows(self, needed_stop: int, *, episode: int) -> None:
         """Raise MetadataMismatchError if the file has fewer than ``needed_stop`` rows."""
-        self._open()
+        self._open(episode)
         if self.num_rows < needed_stop:
             raise MetadataMismatchError(
                 describe(
@@ -121,7 +123,7 @@ class ParquetTable:
         self, start: int, stop: int, columns: Sequence[str], *, episode: int | None = None
     ) -> dict[str, np.ndarray]:
         """Return ``columns`` for rows ``[start, stop)``, decoding only overlapping row groups."""
-        f = self._open()
+        f = self._open(episode)
         missing = [c for c in columns if c not in self.columns]
         if missing:
             raise CorruptFileError(
