@@ -18,7 +18,6 @@ from robo_resume import LeRobotReader
 IMAGE_TOLERANCE = 0.0  # documented above: exact
 
 
-
 def lerobot_dataset(root, **kw):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 

@@ -198,6 +198,8 @@ class VideoReader:
         self.seeks += 1
         self._frames = container.decode(stream)
         self._last_time = None
+        # Frames come out in presentation order from here on; the cache must stay sorted by time.
+        self._cache.clear()
 
     def _next_frame(self):
         try:

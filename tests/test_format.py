@@ -1,0 +1,199 @@
+"""Format layer and item builder on factory datasets whose every pixel and row is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from robo_resume import LeRobotReader, load_metadata
+from robo_resume.format import ParquetTable, VideoReader
+from robo_resume.items import ItemBuilder
+from robo_resume.testing import (
+    decode_frame_identity,
+    expected_action,
+    expected_state,
+    frame_image,
+    make_dataset,
+)
+
+CODECS = [("av1", 2), ("h264", 250), ("mpeg4", 12)]
+
+
+def check_item(ds, item, episode, frame):
+    assert int(item["episode_index"]) == episode and int(item["frame_index"]) == frame
+    assert int(item["index"]) == ds.dataset_index(episode, frame)
+    assert torch.equal(
+        item["observation.state"], torch.from_numpy(expected_state(episode, frame, ds.state_dim))
+    )
+    assert torch.equal(
+        item["action"], torch.from_numpy(expected_action(episode, frame, ds.action_dim))
+    )
+    assert item["task"] == ds.tasks[ds.episode_task_index(episode)]
+    for c, cam in enumerate(ds.camera_keys):
+        assert decode_frame_identity(item[cam]) == (episode, frame, c), (cam, episode, frame)
+
+
+@pytest.mark.parametrize(("codec", "gop"), CODECS, ids=[c for c, _ in CODECS])
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_every_frame_is_the_requested_one(factory, codec, gop, version):
+    ds = factory(codec=codec, gop=gop, num_cameras=2, version=version)
+    reader = LeRobotReader(ds.root)
+    assert len(reader) == ds.total_frames
+    for i in range(len(reader)):
+        e, f = reader.locate(i)
+        check_item(ds, reader[i], e, f)
+
+
+@pytest.mark.parametrize(("codec", "gop"), CODECS, ids=[c for c, _ in CODECS])
+def test_random_order_and_non_keyframe_starts(factory, codec, gop):
+    ds = factory(codec=codec, gop=gop, num_cameras=1)
+    reader = LeRobotReader(ds.root)
+    order = np.random.default_rng(0).permutation(len(reader))[:60]
+    for i in order.tolist():
+        e, f = reader.locate(i)
+        check_item(ds, reader[i], e, f)
+    builder = ItemBuilder(reader.meta)
+    for e, n in enumerate(ds.episode_lengths):
+        for start in {1, n // 2, n - 1} - {0}:
+            if start >= n:
+                continue
+            items = builder.build_range(e, start, n)
+            for k, item in enumerate(items):
+                check_item(ds, item, e, start + k)
+
+
+def test_episode_edges_in_a_shared_mp4(factory):
+    ds = factory(codec="h264", gop=250, num_cameras=1, episodes_per_file=3)
+    meta = load_metadata(ds.root)
+    cam = ds.camera_keys[0]
+    e0, e1 = meta.episode(0), meta.episode(1)
+    assert e0.videos[cam].path == e1.videos[cam].path  # two episodes in one mp4
+    assert e1.videos[cam].from_timestamp == pytest.approx(ds.episode_lengths[0] / ds.fps)
+    assert e1.data_path == e0.data_path and e1.data_row_start == ds.episode_lengths[0]
+    builder = ItemBuilder(meta)
+    last = builder.build_range(0, ds.episode_lengths[0] - 1, ds.episode_lengths[0])[0]
+    first = builder.build_range(1, 0, 1)[0]
+    check_item(ds, last, 0, ds.episode_lengths[0] - 1)
+    check_item(ds, first, 1, 0)
+
+
+def test_one_seek_per_camera_for_a_contiguous_range(factory):
+    ds = factory(codec="h264", gop=250, num_cameras=2)
+    builder = ItemBuilder(load_metadata(ds.root))
+    with builder.episode_reader(1, 5, 40) as r:
+        items = []
+        for a in range(5, 40, 8):
+            items += r.items(range(a, min(a + 8, 40)))
+        assert [v.seeks for v in r.videos.values()] == [1, 1]
+    for k, item in enumerate(items):
+        check_item(ds, item, 1, 5 + k)
+
+
+def test_delta_windows_clamp_and_pad(factory):
+    ds = factory(num_cameras=1)
+    cam = ds.camera_keys[0]
+    reader = LeRobotReader(
+        ds.root, delta_timestamps={"action": [-0.2, -0.1, 0.0, 0.1], cam: [-0.1, 0.0]}
+    )
+    item = reader[0]  # episode 0, frame 0
+    assert item["action_is_pad"].tolist() == [True, True, False, False]
+    assert torch.equal(item["action"][0], torch.from_numpy(expected_action(0, 0, 3)))
+    assert torch.equal(item["action"][3], torch.from_numpy(expected_action(0, 1, 3)))
+    assert item[cam].shape == (2, 3, 48, 64)
+    assert decode_frame_identity(item[cam][0]) == (0, 0, 0)  # edge frame repeated
+    last = reader[ds.episode_lengths[0] - 1]
+    assert last["action_is_pad"].tolist() == [False, False, False, True]
+
+
+def test_uint8_images_and_transforms(factory):
+    ds = factory(num_cameras=1)
+    cam = ds.camera_keys[0]
+    r8 = LeRobotReader(ds.root, image_dtype="uint8")
+    rf = LeRobotReader(ds.root, image_transforms=lambda x: x.flip(-1))
+    a, b = r8[3][cam], rf[3][cam]
+    assert a.dtype == torch.uint8 and b.dtype == torch.float32
+    assert torch.equal((a.float() / 255).flip(-1), b)
+
+
+def test_episode_selection_keeps_absolute_index(factory):
+    ds = factory()
+    reader = LeRobotReader(ds.root, episodes=[3, 1])
+    assert reader.episodes == (1, 3)
+    assert len(reader) == ds.episode_lengths[1] + ds.episode_lengths[3]
+    assert int(reader[0]["index"]) == ds.dataset_index(1, 0)
+    with pytest.raises(ValueError, match=r"episodes= names episodes the dataset does not have"):
+        LeRobotReader(ds.root, episodes=[99])
+
+
+def test_parquet_row_ranges_across_row_groups(factory):
+    ds = factory()
+    meta = load_metadata(ds.root)
+    ep = meta.episode(1)
+    table = ParquetTable(ds.root / ep.data_path)
+    rows = table.read(ep.data_row_start + 10, ep.data_row_start + 37, ["index", "action"])
+    assert rows["index"].tolist() == list(range(ds.dataset_index(1, 10), ds.dataset_index(1, 37)))
+    assert rows["action"].shape == (27, 3)
+
+
+def test_v21_matches_v30(factory):
+    a = LeRobotReader(factory(version="v3.0", num_cameras=1).root)
+    b = LeRobotReader(factory(version="v2.1", num_cameras=1).root)
+    assert b.meta.version == "v2.1" and len(a) == len(b)
+    for i in range(0, len(a), 7):
+        x, y = a[i], b[i]
+        assert list(x) == list(y)
+        for k in x:
+            if k.startswith("observation.images"):
+                assert decode_frame_identity(x[k]) == decode_frame_identity(y[k])
+            elif isinstance(x[k], str):
+                assert x[k] == y[k]
+            else:
+                assert torch.equal(x[k], y[k]), k
+
+
+def test_container_is_trusted_not_info_json(open50):
+    meta = load_metadata(open50)
+    assert meta.features["image"]["info"]["video.codec"] == "h264"
+    with VideoReader(open50 / meta.episode(0).videos["image"].path) as v:
+        assert v.info().codec == "mpeg4"
+
+
+def test_factory_pattern_roundtrip_and_errors(tmp_path):
+    for h, w in ((48, 64), (96, 96), (224, 224), (480, 640)):
+        assert decode_frame_identity(frame_image(300, 4000, 2, h, w)) == (300, 4000, 2)
+    with pytest.raises(ValueError, match="checksum"):
+        decode_frame_identity(np.zeros((48, 64, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"too small.*Fix: pass height>=48"):
+        frame_image(0, 0, 0, 32, 32)
+    with pytest.raises(ValueError, match=r"Unknown codec 'vp8'.*av1"):
+        make_dataset(tmp_path / "x", codec="vp8")
+    make_dataset(tmp_path / "y", num_cameras=0)
+    with pytest.raises(ValueError, match=r"already exists.*overwrite=True"):
+        make_dataset(tmp_path / "y", num_cameras=0)
+
+
+def test_factory_layout(factory):
+    ds = factory()
+    files = sorted(p.relative_to(ds.root).as_posix() for p in ds.root.rglob("*.parquet"))
+    assert "data/chunk-000/file-000.parquet" in files
+    assert "data/chunk-000/file-001.parquet" in files
+    assert "data/chunk-001/file-000.parquet" in files
+
+
+@pytest.mark.parametrize(("codec", "gop"), CODECS, ids=[c for c, _ in CODECS])
+def test_random_order_with_camera_window(factory, codec, gop):
+    """Going backwards inside an episode with a look-back window (regression: stale cache)."""
+    ds = factory(codec=codec, gop=gop, num_cameras=1)
+    cam = ds.camera_keys[0]
+    reader = LeRobotReader(ds.root, delta_timestamps={cam: [-0.2, -0.1, 0.0]})
+    back_then_forward = []
+    for e in range(len(ds.episode_lengths)):
+        start = ds.dataset_index(e, 0)
+        back_then_forward += [start + 4, start, start + 1, start + 6, start + 2]
+    rand = np.random.default_rng(1).permutation(len(reader))[:40].tolist()
+    for i in back_then_forward + rand:
+        e, f = reader.locate(i)
+        frames = reader[i][cam]
+        for k, d in enumerate((-2, -1, 0)):
+            assert decode_frame_identity(frames[k]) == (e, max(f + d, 0), 0), (i, k)
