@@ -20,10 +20,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from robo_resume.testing import make_dataset
 
 from robo_resume.audit import SCENARIOS, audit, consume
 from robo_resume.dataset import ChunkedEpisodeDataset
+from robo_resume.testing import make_dataset
 
 LENGTHS = (37, 52, 29, 61, 44, 33, 18)
 
@@ -171,6 +171,7 @@ def main(argv=None) -> int:
                 (
                     s,
                     s % max(W, 1),
+                    s * B,
                     r.scenario,
                     r.consumed,
                     r.replayed,
@@ -180,7 +181,10 @@ def main(argv=None) -> int:
             )
             if r.scenario in ("arithmetic", "cursor"):
                 ok &= r.replayed == 0 and r.lost == 0 and r.same_order
-    _table(rows, ("step", "s%W", "scenario", "consumed", "replayed", "lost", "same order"))
+    _table(
+        rows,
+        ("step", "s%W", "pre-crash", "scenario", "consumed", "replayed", "lost", "same order"),
+    )
     print("\nscenarios: " + ", ".join(SCENARIOS))
     print("robo_resume resume exact: " + ("yes" if ok else "NO"))
     return 0 if ok else 1

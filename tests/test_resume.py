@@ -295,3 +295,43 @@ def test_one_seek_per_chunk_and_camera(cam_root, monkeypatch):
     segments = ds.schedule(0).segments(0, 0)
     assert n == sum(s.length for s in segments)
     assert len(seeks) == len(segments) * len(ds.meta.camera_keys)
+
+
+def test_chunks_cut_at_keyframes(factory):
+    from robo_resume import StreamTuning
+
+    ds0 = factory(episode_lengths=(30, 41, 25), num_cameras=1, codec="mpeg4", gop=12)
+    ds = ChunkedEpisodeDataset(
+        ds0.root, batch_size=4, chunk_frames=16, tuning=StreamTuning(cut_at_keyframes=True)
+    )
+    # File 0 holds episodes 0 (30 frames) and 1 (41): keyframes every 12 frames of the file,
+    # so at frames 0/12/24 of episode 0 and 6/18/30 of episode 1. File 1 holds episode 2.
+    stops = {e: [c.stop for c in ds.chunks if c.episode_index == e] for e in range(3)}
+    assert stops == {0: [12, 24, 30], 1: [6, 18, 30, 41], 2: [12, 25]}
+    full, before, arith, cursor = run_resume(
+        ds0.root,
+        num_workers=2,
+        batch_size=4,
+        crash_at=3,
+        epochs=1,
+        chunk_frames=16,
+        tuning=StreamTuning(cut_at_keyframes=True),
+    )
+    assert_exact(full, before, arith, "keyframe chunks")
+    assert_exact(full, before, cursor, "keyframe chunks")
+
+
+def test_tail_pad(tab_root):
+    from robo_resume import StreamTuning
+
+    kw = dict(seed=4, chunk_frames=8, tuning=StreamTuning(tail="pad"))
+    ds = ChunkedEpisodeDataset(tab_root, batch_size=7, **kw)
+    epoch = [i for b in ds.dataloader(num_workers=3) for i in b["index"].tolist()]
+    assert set(epoch) == set(range(sum(LENGTHS)))  # nothing dropped; a few frames repeated
+    assert len(epoch) == 3 * ds.schedule(3).frames_per_stream >= sum(LENGTHS)
+    for s in (1, 5):
+        full, before, arith, cursor = run_resume(
+            tab_root, num_workers=3, batch_size=7, crash_at=s, epochs=1, **kw
+        )
+        assert_exact(full, before, arith, f"pad s={s}")
+        assert_exact(full, before, cursor, f"pad s={s}")
