@@ -51,10 +51,13 @@ class AuditResult:
     replayed: int
     lost: int
     same_order: bool
+    order: tuple[int, ...] | None = None  # what the training loop consumed (keep_order=True)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-safe dict."""
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["order"] = list(self.order) if self.order is not None else None
+        return d
 
 
 def consume(
@@ -87,11 +90,11 @@ def consume(
     return batches, (tracker.state_dict() if stop_after is not None else None)
 
 
-def _compare(name: str, full: list[int], got: list[int]) -> AuditResult:
+def _compare(name: str, full: list[int], got: list[int], keep: bool) -> AuditResult:
     want, have = Counter(full), Counter(got)
     replayed = sum((have - want).values())
     lost = sum((want - have).values())
-    return AuditResult(name, len(got), replayed, lost, got == full)
+    return AuditResult(name, len(got), replayed, lost, got == full, tuple(got) if keep else None)
 
 
 def audit(
@@ -103,6 +106,7 @@ def audit(
     epochs: int = 1,
     scenarios: tuple[str, ...] = SCENARIOS,
     loader_kwargs: Mapping[str, Any] | None = None,
+    keep_order: bool = False,
     **ds_kwargs: Any,
 ) -> tuple[list[int], list[AuditResult]]:
     """Crash after ``crash_at`` batches, resume per scenario, compare with the full run.
@@ -157,7 +161,7 @@ def audit(
         else:
             raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
         after = [i for _, b in after_b for i in b]
-        results.append(_compare(name, full, before + after))
+        results.append(_compare(name, full, before + after, keep_order))
     return full, results
 
 

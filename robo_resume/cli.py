@@ -1,45 +1,104 @@
-"""Command line: ``robo-resume demo`` (the README's main job) and ``robo-resume inspect ROOT``.
+"""The ``robo-resume`` command line.
 
-Exit codes: 0 ok, 1 a check failed (frames replayed or lost), 2 usage or input error.
+Commands: ``demo`` (the README's main job), ``inspect``, ``plan``, ``verify``, ``bench``. Every
+command takes ``--json`` for scripts. Exit codes: 0 ok, 1 a check found a failure (frames
+replayed or lost, missing files), 2 usage or input error.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
-import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from .errors import RoboResumeError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
+
+OK, FAILED, USAGE = 0, 1, 2
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+def _episodes(text: str | None) -> list[int] | None:
+    return [int(x) for x in text.split(",")] if text else None
 
 
+def _emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> None:
+    print(json.dumps(report, indent=2) if args.json else text)
+
+
+# -- demo -------------------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Train a tiny policy, SIGKILL it, resume from its checkpoint, check exactly-once."""
+    from .demo import run_demo
+
+    r = run_demo(args)
+    ok = r["frames_replayed"] == 0 and r["frames_lost"] == 0 and r["order_identical"]
+    text = "\n".join(
+        [
+            f"dataset: {r['dataset']}",
+            f"training: batch {r['batch_size']}, {r['num_workers']} DataLoader workers, "
+            f"{r['epochs']} epochs = {r['steps_uninterrupted']} steps",
+            f"killed with SIGKILL at step {r['killed_at_step']}; resumed from the checkpoint of "
+            f"step {r['resumed_from_checkpoint_step']}",
+            f"frames replayed: {r['frames_replayed']}",
+            f"frames lost: {r['frames_lost']}",
+            f"order identical to an uninterrupted run: {'yes' if r['order_identical'] else 'NO'}",
+            f"resume: {r['resume_to_first_batch_s']:.2f}s from dataset construction to the first "
+            f"batch ({r['resumed_process_wall_s']:.1f}s for the whole resumed process)",
+            f"throughput after resume: {r['throughput_frames_per_s']} frames/s (training included)",
+            "result: " + ("exactly once" if ok else "FAILED"),
+        ]
+    )
+    _emit(args, {**r, "ok": ok}, text)
+    return OK if ok else FAILED
+
+
+# -- inspect ----------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """Print a summary of a dataset: version, episodes, frames, fps, features, cameras."""
+    """Version, episodes, frames, fps, features, cameras with codec and keyframe interval."""
     from .format.metadata import load_metadata
-    from .format.video import probe_video
+    from .format.video import VideoReader
 
     meta = load_metadata(args.root)
-    cams = {}
-    missing = []
+    cams: dict[str, Any] = {}
+    missing: set[str] = set()
+    unreadable: dict[str, str] = {}
     for cam in meta.camera_keys:
         declared = meta.features[cam].get("info", {}).get("video.codec")
-        first = next((e for e in meta.episodes if (meta.root / e.videos[cam].path).is_file()), None)
-        found = probe_video(meta.root / first.videos[cam].path).codec if first else None
-        cams[cam] = {"declared_codec": declared, "container_codec": found}
-        missing += [
-            e.videos[cam].path
-            for e in meta.episodes
-            if not (meta.root / e.videos[cam].path).is_file()
-        ]
-    out = {
+        paths = sorted({e.videos[cam].path for e in meta.episodes})
+        found = None
+        for rel in paths:
+            path = meta.root / rel
+            if not path.is_file():
+                missing.add(rel)
+                continue
+            try:
+                with VideoReader(path) as v:
+                    info = v.info()
+                    if found is None:
+                        keys = v.keyframe_times()
+                        gaps = [round((b - a) * meta.fps) for a, b in itertools.pairwise(keys)]
+                        found = {
+                            "codec": info.codec,
+                            "size": [info.height, info.width],
+                            "fps": round(info.fps, 3),
+                            "keyframe_interval": Counter(gaps).most_common(1)[0][0]
+                            if gaps
+                            else None,
+                        }
+            except RoboResumeError as exc:
+                unreadable[rel] = str(exc)
+        cams[cam] = {
+            "declared_codec": declared,
+            "container": found,
+            "agrees": bool(found) and found["codec"] == declared,
+        }
+    report = {
         "root": str(meta.root),
         "version": meta.version,
         "episodes": meta.num_episodes,
@@ -48,127 +107,328 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "tasks": len(meta.tasks),
         "features": {k: v.get("dtype") for k, v in meta.features.items()},
         "cameras": cams,
-        "missing_files": sorted(set(missing)),
+        "missing_files": sorted(missing),
+        "unreadable_files": unreadable,
     }
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        print(
-            f"{out['root']}: LeRobot {meta.version}, {meta.num_episodes} episodes, "
-            f"{meta.total_frames} frames at {meta.fps} fps, {len(meta.tasks)} task(s)"
-        )
-        for k, v in out["features"].items():
-            print(f"  feature {k}: {v}")
-        for cam, c in cams.items():
-            note = "" if c["declared_codec"] == c["container_codec"] else "  (info.json disagrees)"
-            print(
-                f"  camera {cam}: container codec {c['container_codec']}, "
-                f"info.json says {c['declared_codec']}{note}"
+    lines = [
+        f"{report['root']}: LeRobot {meta.version}, {meta.num_episodes} episodes, "
+        f"{meta.total_frames} frames at {meta.fps} fps, {len(meta.tasks)} task(s)"
+    ]
+    lines += [f"  feature {k}: {v}" for k, v in report["features"].items()]
+    for cam, c in cams.items():
+        if c["container"]:
+            k = c["container"]
+            note = "" if c["agrees"] else f"  (info.json says {c['declared_codec']})"
+            lines.append(
+                f"  camera {cam}: {k['codec']} {k['size'][1]}x{k['size'][0]}, keyframe "
+                f"every {k['keyframe_interval']} frames{note}"
             )
-        if missing:
-            print(f"  missing files: {len(set(missing))} (e.g. {sorted(set(missing))[0]})")
-    return 0
+        else:
+            lines.append(f"  camera {cam}: no readable video")
+    if missing:
+        lines.append(f"  missing files: {len(missing)}: " + ", ".join(sorted(missing)))
+    for rel, err in unreadable.items():
+        lines.append(f"  unreadable: {rel}: {err}")
+    _emit(args, report, "\n".join(lines))
+    return FAILED if (missing or unreadable) else OK
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Generate a small dataset, stream it, crash mid-epoch, resume, and check exactly-once."""
+# -- plan -------------------------------------------------------------------------------------
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Each stream's resume cursor after ``--step`` batches, computed without reading data."""
+    from .dataset import ChunkedEpisodeDataset
+    from .schedule import Topology
+
+    streams = []
+    for rank in range(args.world_size):
+        ds = ChunkedEpisodeDataset(
+            args.root,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            chunk_frames=args.chunk_frames,
+            episodes=_episodes(args.episodes),
+            resume_step=args.step * args.batch_size,
+            infinite=args.infinite,
+            rank=rank,
+            world_size=args.world_size,
+        )
+        sched = ds.schedule(args.num_workers)
+        rotation, starts, _ = ds.start_point(args.num_workers)
+        wp = max(args.num_workers, 1)
+        topo = Topology(args.world_size, args.num_workers)
+        for worker in range(wp):
+            role = (worker + rotation) % wp
+            epoch, pos = starts[role]
+            g = topo.stream_id(rank, role)
+            entry = {
+                "rank": rank,
+                "worker": worker,
+                "stream": g,
+                "epoch": epoch,
+                "position": pos,
+                "chunk": None,
+                "episode": None,
+                "frame": None,
+            }
+            if pos < sched.frames_per_stream:
+                cur = sched.locate(epoch, g, pos)
+                grp = sched.group(epoch, g, cur.group)
+                j = int(grp.order[cur.offset])
+                seg = grp.segments[j]
+                entry.update(
+                    chunk=seg.chunk_id, episode=seg.episode_index, frame=seg.start + cur.done[j]
+                )
+            streams.append(entry)
+    report = {
+        "step": args.step,
+        "batch_size": args.batch_size,
+        "num_workers": args.num_workers,
+        "world_size": args.world_size,
+        "batches_per_epoch_per_rank": sched.batches_per_rank,
+        "frames_per_stream": sched.frames_per_stream,
+        "streams": streams,
+    }
+    lines = [
+        f"after step {args.step} (batch {args.batch_size}, {args.num_workers} workers x "
+        f"{args.world_size} ranks; {sched.batches_per_rank} batches per epoch per rank):"
+    ]
+    for s in streams:
+        where = (
+            f"chunk {s['chunk']} (episode {s['episode']}, frame {s['frame']})"
+            if s["chunk"] is not None
+            else "epoch finished"
+        )
+        lines.append(
+            f"  rank {s['rank']} worker {s['worker']} -> stream {s['stream']}: epoch "
+            f"{s['epoch']}, position {s['position']}, {where}"
+        )
+    _emit(args, report, "\n".join(lines))
+    return OK
+
+
+# -- verify -----------------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    """The overlap audit with real DataLoaders; exit 1 if robo_resume replays or loses a frame."""
+    from .audit import SCENARIOS, audit
+
+    results = []
+    consumed: dict[str, Counter] = {s: Counter() for s in SCENARIOS}
+    full_all: Counter = Counter()
+    crashes = [int(x) for x in str(args.crash_at).split(",")]
+    for crash in crashes:
+        for rank in range(args.world_size):
+            full, res = audit(
+                args.root,
+                num_workers=args.num_workers,
+                batch_size=args.batch_size,
+                crash_at=crash,
+                epochs=args.epochs,
+                seed=args.seed,
+                chunk_frames=args.chunk_frames,
+                episodes=_episodes(args.episodes),
+                rank=rank,
+                world_size=args.world_size,
+                keep_order=True,
+            )
+            if crash == crashes[0]:
+                full_all.update(full)
+            for r in res:
+                results.append({"crash_at": crash, "rank": rank, **r.as_dict()})
+                if crash == crashes[0]:
+                    consumed[r.scenario].update(r.order)
+    for r in results:
+        r.pop("order", None)
+    ok = all(
+        r["replayed"] == 0 and r["lost"] == 0 and r["same_order"]
+        for r in results
+        if r["scenario"] in ("arithmetic", "cursor")
+    )
+    report = {
+        "root": str(args.root),
+        "num_workers": args.num_workers,
+        "batch_size": args.batch_size,
+        "world_size": args.world_size,
+        "results": results,
+        "ok": ok,
+    }
+    if args.plot:
+        from .plot import plot_consumption
+
+        plot_consumption(
+            args.plot,
+            full_all,
+            consumed,
+            title=(
+                f"{Path(args.root).name}: crash at step {crashes[0]}, {args.num_workers} workers, "
+                f"batch {args.batch_size}, {args.world_size} rank(s)"
+            ),
+        )
+        report["plot"] = str(args.plot)
+    head = ("step", "rank", "scenario", "consumed", "replayed", "lost", "same order")
+    rows = [
+        (
+            r["crash_at"],
+            r["rank"],
+            r["scenario"],
+            r["consumed"],
+            r["replayed"],
+            r["lost"],
+            "yes" if r["same_order"] else "no",
+        )
+        for r in results
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    lines.append("robo_resume: exactly once" if ok else "robo_resume: FAILED")
+    if args.plot:
+        lines.append(f"plot: {args.plot}")
+    _emit(args, report, "\n".join(lines))
+    return OK if ok else FAILED
+
+
+# -- bench ------------------------------------------------------------------------------------
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Quick throughput of this machine on a dataset: streaming vs a plain sequential decode."""
+    import av
 
     from .dataset import ChunkedEpisodeDataset
-    from .reader import LeRobotReader
-    from .testing import make_dataset
 
-    workdir = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="robo_resume_demo_"))
-    if args.root:
-        root = Path(args.root)
-        _log(f"[demo] using dataset {root}")
-    else:
-        root = workdir / "dataset"
-        _log(f"[demo] writing a synthetic LeRobot v3.0 dataset to {root} ...")
-        t = time.perf_counter()
-        make_dataset(
-            root,
-            episode_lengths=(37, 52, 29, 61, 44, 33),
-            num_cameras=2,
-            height=48,
-            width=64,
-            overwrite=True,
-        )
-        _log(f"[demo] written in {time.perf_counter() - t:.1f}s")
-    reader = LeRobotReader(root)
-    meta = reader.meta
-    print(f"dataset: {meta.root}")
-    print(
-        f"  LeRobot {meta.version}: {meta.num_episodes} episodes, {meta.total_frames} frames, "
-        f"{meta.fps} fps, cameras {list(meta.camera_keys)}"
+    ds = ChunkedEpisodeDataset(
+        args.root,
+        batch_size=args.batch_size,
+        seed=0,
+        episodes=_episodes(args.episodes),
+        image_dtype="uint8",
     )
-    item = reader[len(reader) // 2]
-    print(
-        f"  item {len(reader) // 2}: "
-        + ", ".join(
-            f"{k}={tuple(v.shape)}:{str(v.dtype).replace('torch.', '')}"
-            if hasattr(v, "shape")
-            else f"{k}={v!r}"
-            for k, v in item.items()
-        )
-    )
-
-    bs, workers, seed = args.batch_size, args.num_workers, args.seed
-
-    def run(resume_state=None, stop_after=None):
-        ds = ChunkedEpisodeDataset(
-            root, batch_size=bs, seed=seed, chunk_frames=16, resume_state=resume_state
-        )
-        tracker = ds.tracker()
-        seen, state = [], None
-        for step, batch in enumerate(ds.dataloader(num_workers=workers)):
-            batch = tracker.consume(batch)
-            seen.extend(batch["index"].tolist())
-            if stop_after is not None and step + 1 == stop_after:
-                state = tracker.state_dict()
-                break
-        return seen, state
-
     t = time.perf_counter()
-    full, _ = run()
-    elapsed = time.perf_counter() - t
-    crash = max(1, len(full) // bs // 2 + 1)
-    before, state = run(stop_after=crash)
-    t = time.perf_counter()
-    after, _ = run(resume_state=state)
-    resumed = before + after
-    replayed = len(resumed) - len(set(resumed))
-    lost = len(set(full) - set(resumed))
-    same = resumed == full
-    print(
-        f"stream: batch {bs}, {workers} workers, seed {seed}: {len(full)} frames in "
-        f"{elapsed:.2f}s ({len(full) / elapsed:.0f} frames/s incl. worker start-up)"
+    frames = 0
+    for k, batch in enumerate(ds.dataloader(num_workers=args.num_workers)):
+        frames += len(batch["index"])
+        if k + 1 >= args.batches:
+            break
+    stream_s = time.perf_counter() - t
+    decoded, t = 0, time.perf_counter()
+    budget = frames
+    for e in ds.episodes:
+        ep = ds.meta.episode(e)
+        for ref in ep.videos.values():
+            path = ds.meta.root / ref.path
+            if not path.is_file():
+                continue
+            with av.open(str(path)) as c:
+                s = c.streams.video[0]
+                s.thread_type = "AUTO"
+                for fr in c.decode(s):
+                    fr.to_ndarray(format="rgb24")
+                    decoded += 1
+                    if decoded >= budget * max(len(ds.meta.camera_keys), 1):
+                        break
+        if decoded >= budget * max(len(ds.meta.camera_keys), 1):
+            break
+    ceiling_s = time.perf_counter() - t
+    cams = max(len(ds.meta.camera_keys), 1)
+    report = {
+        "root": str(args.root),
+        "batch_size": args.batch_size,
+        "num_workers": args.num_workers,
+        "frames": frames,
+        "stream_frames_per_s": round(frames / stream_s, 1),
+        "sequential_decode_frames_per_s": round(decoded / cams / max(ceiling_s, 1e-9), 1)
+        if ds.meta.camera_keys
+        else None,
+    }
+    text = (
+        f"robo_resume: {report['stream_frames_per_s']} frames/s ({frames} frames, batch "
+        f"{args.batch_size}, {args.num_workers} workers, uint8, worker start-up included)"
     )
-    print(
-        f"crash after step {crash}, resume from cursors: replayed {replayed}, lost {lost}, "
-        f"order identical to the uninterrupted run: {same}"
-    )
-    print(f"resumed run took {time.perf_counter() - t:.2f}s")
-    return 0 if (replayed == 0 and lost == 0 and same) else 1
+    if report["sequential_decode_frames_per_s"]:
+        text += (
+            f"\nsequential PyAV decode (one process, no dataset): "
+            f"{report['sequential_decode_frames_per_s']} frames/s "
+            f"({cams} camera(s) per frame)"
+        )
+    _emit(args, report, text)
+    return OK
 
 
+# -- parser -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``robo-resume`` command."""
     p = argparse.ArgumentParser(
         prog="robo-resume",
         description="Stream LeRobot datasets in chunks and resume crashed training exactly.",
+        epilog="exit codes: 0 ok, 1 a check failed, 2 usage or input error",
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="generate a small dataset, stream it, crash, resume, check")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help_, func):
+        c = sub.add_parser(name, help=help_, description=help_)
+        c.add_argument("--json", action="store_true", help="print JSON instead of text")
+        c.set_defaults(func=func)
+        return c
+
+    def data_opts(c, workers=2, batch=8):
+        c.add_argument("--num-workers", type=int, default=workers)
+        c.add_argument("--batch-size", type=int, default=batch)
+        c.add_argument("--seed", type=int, default=0)
+        c.add_argument("--chunk-frames", type=int, default=64)
+        c.add_argument("--episodes", help="comma-separated episode indices (default: all)")
+
+    d = command(
+        "demo",
+        "train a tiny policy, SIGKILL it, resume from its checkpoint, check "
+        "that no frame was replayed or lost",
+        cmd_demo,
+    )
     d.add_argument("--root", help="use this LeRobot dataset instead of generating one")
     d.add_argument("--out", help="folder for generated files (default: a temp folder)")
-    d.add_argument("--batch-size", type=int, default=8)
+    d.add_argument("--batch-size", type=int, default=16)
     d.add_argument("--num-workers", type=int, default=2)
     d.add_argument("--seed", type=int, default=0)
-    d.set_defaults(func=cmd_demo)
-    i = sub.add_parser("inspect", help="summarise a dataset (version, episodes, cameras, codecs)")
+    d.add_argument("--epochs", type=int, default=2)
+    d.add_argument("--chunk-frames", type=int, default=32)
+    d.add_argument("--checkpoint-every", type=int, default=10)
+    d.add_argument("--kill-seed", type=int, default=None, help="seed of the random kill step")
+    d.add_argument("--slow", type=float, default=0.01, help=argparse.SUPPRESS)
+
+    i = command(
+        "inspect",
+        "summarise a dataset: version, episodes, cameras, codecs found in "
+        "the containers, keyframe interval, missing or unreadable files",
+        cmd_inspect,
+    )
     i.add_argument("root")
-    i.add_argument("--json", action="store_true", help="print JSON")
-    i.set_defaults(func=cmd_inspect)
+
+    pl = command(
+        "plan",
+        "print each stream's resume cursor after --step batches, without reading data",
+        cmd_plan,
+    )
+    pl.add_argument("root")
+    pl.add_argument("--step", type=int, required=True, help="batches this rank delivered")
+    data_opts(pl)
+    pl.add_argument("--world-size", type=int, default=1)
+    pl.add_argument("--infinite", action="store_true")
+
+    v = command(
+        "verify",
+        "crash real DataLoaders and resume them; count replayed and lost frames per scenario",
+        cmd_verify,
+    )
+    v.add_argument("root")
+    data_opts(v)
+    v.add_argument("--crash-at", default="5", help="step(s), comma-separated")
+    v.add_argument("--world-size", type=int, default=1)
+    v.add_argument("--epochs", type=int, default=1)
+    v.add_argument("--plot", help="write a PNG of how often each frame was consumed")
+
+    b = command("bench", "quick throughput check of this machine on a dataset", cmd_bench)
+    b.add_argument("root")
+    b.add_argument("--num-workers", type=int, default=2)
+    b.add_argument("--batch-size", type=int, default=32)
+    b.add_argument("--batches", type=int, default=50)
+    b.add_argument("--episodes", help="comma-separated episode indices (default: all)")
     return p
 
 
@@ -177,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except RoboResumeError as exc:
+    except (RoboResumeError, ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

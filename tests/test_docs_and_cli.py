@@ -35,30 +35,153 @@ def test_readme_python_examples_run(block, tmp_path, monkeypatch, capsys):
     assert "resumed with" in out or out == ""
 
 
-def test_cli_demo(tmp_path, capsys):
-    code = main(["demo", "--out", str(tmp_path), "--num-workers", "2"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "replayed 0, lost 0" in out
-    assert "order identical to the uninterrupted run: True" in out
+def test_cli_demo_sigkill_and_resume(tmp_path, capsys):
+    code = main(
+        [
+            "demo",
+            "--out",
+            str(tmp_path),
+            "--epochs",
+            "1",
+            "--checkpoint-every",
+            "4",
+            "--kill-seed",
+            "3",
+            "--json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    assert report["killed_by_sigkill"] is True
+    assert 4 <= report["resumed_from_checkpoint_step"] <= report["killed_at_step"]
+    assert (report["frames_replayed"], report["frames_lost"]) == (0, 0)
+    assert report["order_identical"] is True and report["ok"] is True
 
 
 def test_cli_inspect_open50(open50, capsys):
-    assert main(["inspect", str(open50), "--json"]) == 0
+    assert main(["inspect", str(open50), "--json"]) == 1  # missing videos are a finding
     info = json.loads(capsys.readouterr().out)
     assert info["version"] == "v3.0" and info["episodes"] == 50 and info["frames"] == 20814
-    assert info["cameras"]["image"] == {"declared_codec": "h264", "container_codec": "mpeg4"}
+    cam = info["cameras"]["image"]
+    assert cam["declared_codec"] == "h264" and cam["container"]["codec"] == "mpeg4"
+    assert cam["container"]["keyframe_interval"] == 12 and cam["agrees"] is False
     assert len(info["missing_files"]) == 7
-    assert main(["inspect", str(open50)]) == 0
-    assert "info.json disagrees" in capsys.readouterr().out
+    assert main(["inspect", str(open50)]) == 1
+    out = capsys.readouterr().out
+    assert "mpeg4 640x480, keyframe every 12 frames  (info.json says h264)" in out
+    assert "missing files: 7" in out
 
 
-def test_cli_input_error_exit_code(tmp_path, capsys):
+def test_cli_inspect_factory(factory, capsys):
+    root = factory(codec="mpeg4", gop=12, num_cameras=2).root
+    assert main(["inspect", str(root), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert {c["container"]["keyframe_interval"] for c in info["cameras"].values()} == {12}
+    assert info["missing_files"] == [] and info["unreadable_files"] == {}
+
+
+def test_cli_plan_matches_round_robin_formula(factory, capsys):
+    root = factory(num_cameras=0).root
+    assert (
+        main(
+            [
+                "plan",
+                str(root),
+                "--step",
+                "5",
+                "--batch-size",
+                "4",
+                "--num-workers",
+                "2",
+                "--world-size",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert len(plan["streams"]) == 4
+    for s in plan["streams"]:
+        # after 5 batches: old role 0 made 3 batches, role 1 made 2; new worker 0 plays role 1
+        role = (s["worker"] + 5) % 2
+        assert s["stream"] == s["rank"] * 2 + role
+        assert s["position"] == (5 // 2 + (role < 5 % 2)) * 4
+        assert s["epoch"] == 0 and s["chunk"] is not None
+    assert main(["plan", str(root), "--step", "5", "--batch-size", "4", "--num-workers", "0"]) == 0
+    assert "rank 0 worker 0 -> stream 0: epoch 0, position 20" in capsys.readouterr().out
+
+
+def test_cli_verify_and_plot(factory, tmp_path, capsys):
+    root = factory(num_cameras=0).root
+    png = tmp_path / "overlap.png"
+    assert (
+        main(
+            [
+                "verify",
+                str(root),
+                "--crash-at",
+                "3,4",
+                "--batch-size",
+                "4",
+                "--chunk-frames",
+                "8",
+                "--plot",
+                str(png),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    by = {(r["crash_at"], r["scenario"]): r for r in report["results"]}
+    assert by[(3, "arithmetic")]["replayed"] == by[(3, "cursor")]["lost"] == 0
+    assert by[(3, "naive")]["replayed"] > 0 and by[(3, "restart")]["replayed"] == 12
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert main(["verify", str(root), "--world-size", "2", "--batch-size", "4"]) == 0
+    assert "robo_resume: exactly once" in capsys.readouterr().out
+
+
+def test_cli_verify_reports_a_broken_resume(factory, monkeypatch, capsys):
+    """Inject the rotation bug: verify must see it and exit 1."""
+    from robo_resume.dataset import ChunkedEpisodeDataset
+
+    real = ChunkedEpisodeDataset.start_point
+    monkeypatch.setattr(
+        ChunkedEpisodeDataset, "start_point", lambda self, w: (0, *real(self, w)[1:])
+    )
+    root = factory(num_cameras=0).root
+    assert main(["verify", str(root), "--crash-at", "3", "--batch-size", "4"]) == 1
+    assert "robo_resume: FAILED" in capsys.readouterr().out
+
+
+def test_cli_bench(factory, capsys):
+    root = factory(num_cameras=1).root
+    assert main(["bench", str(root), "--batches", "5", "--batch-size", "8", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["frames"] == 40 and r["stream_frames_per_s"] > 0
+    assert r["sequential_decode_frames_per_s"] > 0
+
+
+def test_cli_usage_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", str(tmp_path)])  # --step is required
+    assert e.value.code == 2
     assert main(["inspect", str(tmp_path / "nope")]) == 2
     assert "dataset root does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["demo", "inspect", "plan", "verify", "bench"])
+def test_every_command_has_help_and_json(command, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0
+    assert "--json" in capsys.readouterr().out
 
 
 def test_console_script_help():
     exe = Path(sys.executable).with_name("robo-resume")
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
-    assert r.returncode == 0 and "demo" in r.stdout and "inspect" in r.stdout
+    assert r.returncode == 0
+    for command in ("demo", "inspect", "plan", "verify", "bench"):
+        assert command in r.stdout
