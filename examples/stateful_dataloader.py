@@ -12,7 +12,7 @@ import tempfile
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, worker_context
 from robo_resume.testing import make_dataset
 
 
@@ -23,7 +23,10 @@ def main() -> None:
 
     def loader():
         ds = ChunkedEpisodeDataset(root, batch_size=8, seed=0, chunk_frames=16)
-        return StatefulDataLoader(ds, batch_size=8, num_workers=2)
+        # forkserver workers: see ChunkedEpisodeDataset.dataloader
+        return StatefulDataLoader(
+            ds, batch_size=8, num_workers=2, multiprocessing_context=worker_context()
+        )
 
     full = [b["index"].tolist() for b in loader()]
     first = loader()

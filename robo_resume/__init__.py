@@ -9,7 +9,7 @@ Public API (everything else is internal and may change):
 - Errors: :mod:`robo_resume.errors`. Synthetic datasets: :mod:`robo_resume.testing`.
 """
 
-from .dataset import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning
+from .dataset import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning, worker_context
 from .errors import (
     CorruptFileError,
     DatasetFormatError,
@@ -45,4 +45,5 @@ __all__ = [
     "VideoDecodeError",
     "__version__",
     "load_metadata",
+    "worker_context",
 ]

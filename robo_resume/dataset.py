@@ -48,7 +48,7 @@ from .state import ResumeState, StreamCursor
 if TYPE_CHECKING:
     from .tracker import CursorTracker
 
-__all__ = ["CURSOR_KEY", "MAX_WORKERS", "ChunkedEpisodeDataset", "StreamTuning"]
+__all__ = ["CURSOR_KEY", "MAX_WORKERS", "ChunkedEpisodeDataset", "StreamTuning", "worker_context"]
 
 logger = logging.getLogger("robo_resume")
 
@@ -444,7 +444,13 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     # -- helpers -------------------------------------------------------------------------------
     def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
-        """A ``torch.utils.data.DataLoader`` with this dataset's batch size and drop_last."""
+        """A ``torch.utils.data.DataLoader`` with this dataset's batch size and drop_last.
+
+        Workers start from a ``forkserver`` (preloaded with torch and robo_resume) unless
+        ``multiprocessing_context`` is given: forking a training process whose video decoders
+        and Arrow thread pools have live threads can crash the workers (a segfault), and a
+        forkserver child starts from a clean, single-threaded process instead.
+        """
         for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler"):
             if bad in kwargs:
                 raise ValueError(
@@ -454,6 +460,8 @@ class ChunkedEpisodeDataset(IterableDataset):
                         fix=f"set {bad} on the dataset (or build the DataLoader yourself)",
                     )
                 )
+        if num_workers > 0 and "multiprocessing_context" not in kwargs:
+            kwargs["multiprocessing_context"] = worker_context()
         return torch.utils.data.DataLoader(
             self,
             batch_size=self.batch_size,
@@ -474,6 +482,20 @@ class ChunkedEpisodeDataset(IterableDataset):
             f"chunks={len(self.chunks)}, batch_size={self.batch_size}, seed={self.seed}, "
             f"rank={self.rank}/{self.world_size}, mode={'infinite' if self.infinite else 'epoch'})"
         )
+
+
+def worker_context():
+    """The multiprocessing context robo_resume uses for DataLoader workers (forkserver).
+
+    Pass it as ``multiprocessing_context=`` when you build a DataLoader (or torchdata's
+    StatefulDataLoader) yourself; see :meth:`ChunkedEpisodeDataset.dataloader` for why.
+    """
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return None  # Windows: spawn is the default anyway
+    mp.set_forkserver_preload(["torch", "robo_resume.dataset"])
+    return mp.get_context("forkserver")
 
 
 def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

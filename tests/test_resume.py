@@ -13,7 +13,13 @@ import sys
 import pytest
 import torch
 
-from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, CursorTracker, ResumeStateError
+from robo_resume import (
+    CURSOR_KEY,
+    ChunkedEpisodeDataset,
+    CursorTracker,
+    ResumeStateError,
+    worker_context,
+)
 from robo_resume.audit import consume, epochs_started
 
 LENGTHS = (23, 41, 17, 30, 9, 26)
@@ -23,6 +29,12 @@ LENGTHS = (23, 41, 17, 30, 9, 26)
 def tab_root(factory):
     """No cameras: resume logic is independent of video, and this keeps the matrix fast."""
     return factory(episode_lengths=LENGTHS, num_cameras=0).root
+
+
+@pytest.fixture(scope="module")
+def small_root(factory):
+    """For batch size 1 (one DataLoader round trip per frame)."""
+    return factory(episode_lengths=(9, 14, 6, 11), num_cameras=0).root
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +92,9 @@ def crash_points(root, num_workers, batch_size, **kw):
 
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
-def test_epoch_mode_all_crash_points(tab_root, num_workers, batch_size):
+def test_epoch_mode_all_crash_points(tab_root, small_root, num_workers, batch_size):
+    if batch_size == 1:
+        tab_root = small_root
     kw = dict(seed=11, chunk_frames=8)
     for s in crash_points(tab_root, num_workers, batch_size, **kw):
         full, before, arith, cursor = run_resume(
@@ -165,14 +179,16 @@ def test_stateful_dataloader(tab_root):
     for num_workers in (0, 2, 3):
         for s in (1, 4, 5):
             ds = ChunkedEpisodeDataset(tab_root, batch_size=7, seed=2, chunk_frames=8)
+            ctx = dict(multiprocessing_context=worker_context()) if num_workers else {}
             full = [
                 b["index"].tolist()
-                for b in StatefulDataLoader(ds, batch_size=7, num_workers=num_workers)
+                for b in StatefulDataLoader(ds, batch_size=7, num_workers=num_workers, **ctx)
             ]
             dl = StatefulDataLoader(
                 ChunkedEpisodeDataset(tab_root, batch_size=7, seed=2, chunk_frames=8),
                 batch_size=7,
                 num_workers=num_workers,
+                **ctx,
             )
             before = []
             for b in dl:
@@ -185,6 +201,7 @@ def test_stateful_dataloader(tab_root):
                 ChunkedEpisodeDataset(tab_root, batch_size=7, seed=2, chunk_frames=8),
                 batch_size=7,
                 num_workers=num_workers,
+                **ctx,
             )
             dl2.load_state_dict(sd)
             after = [b["index"].tolist() for b in dl2]

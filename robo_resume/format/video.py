@@ -13,6 +13,8 @@ The container is trusted, not ``info.json``: codec, size and frame times come fr
 from __future__ import annotations
 
 import bisect
+import os
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,27 @@ import numpy as np
 from ..errors import CorruptFileError, MissingFileError, VideoDecodeError, describe
 
 __all__ = ["VideoReader", "VideoStreamInfo", "probe_video"]
+
+# Open readers of this process. A forked child (a DataLoader worker) inherits their containers,
+# whose FFmpeg decoder threads do not exist in the child: closing or garbage-collecting them
+# there crashes the child. After a fork the child detaches them and keeps the objects alive
+# unfinalized, and its readers reopen their files lazily.
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+_INHERITED: list = []
+
+
+def _detach_after_fork() -> None:
+    for reader in list(_OPEN):
+        if reader._container is not None:
+            _INHERITED.append((reader._container, reader._stream, reader._frames))
+            reader._container = reader._stream = reader._frames = None
+            reader._last_time = None
+            reader._cache = OrderedDict()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_detach_after_fork)
 
 
 @dataclass(frozen=True)
@@ -87,6 +110,7 @@ class VideoReader:
 
     def close(self) -> None:
         """Close the container; the reader can be used again (it reopens lazily)."""
+        _OPEN.discard(self)
         if self._container is not None:
             try:
                 self._container.close()
@@ -145,6 +169,7 @@ class VideoReader:
         stream.thread_count = self.threads
         self._container = container
         self._stream = stream
+        _OPEN.add(self)
         return container
 
     def info(self) -> VideoStreamInfo:
