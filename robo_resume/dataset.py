@@ -57,6 +57,9 @@ CURSOR_KEY = "robo_resume_cursor"
 
 MAX_WORKERS = 128
 
+WORKER_START_METHOD: str | None = None
+"""Start method :meth:`ChunkedEpisodeDataset.dataloader` uses (None: torch's default)."""
+
 
 @dataclass(frozen=True)
 class StreamTuning:
@@ -446,10 +449,12 @@ class ChunkedEpisodeDataset(IterableDataset):
     def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
         """A ``torch.utils.data.DataLoader`` with this dataset's batch size and drop_last.
 
-        Workers start from a ``forkserver`` (preloaded with torch and robo_resume) unless
-        ``multiprocessing_context`` is given: forking a training process whose video decoders
-        and Arrow thread pools have live threads can crash the workers (a segfault), and a
-        forkserver child starts from a clean, single-threaded process instead.
+        Workers start with torch's default method (fork on Linux) unless
+        ``multiprocessing_context`` is given or :data:`WORKER_START_METHOD` is set. If the
+        process that creates the workers has itself decoded video or read parquet with
+        threads (e.g. a ``LeRobotReader`` used in the main process), forked workers can crash;
+        pass ``multiprocessing_context=worker_context()`` (forkserver) then. A forkserver's
+        workers outlive a SIGKILLed parent for a moment, which is why it is not the default.
         """
         for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler"):
             if bad in kwargs:
@@ -460,8 +465,8 @@ class ChunkedEpisodeDataset(IterableDataset):
                         fix=f"set {bad} on the dataset (or build the DataLoader yourself)",
                     )
                 )
-        if num_workers > 0 and "multiprocessing_context" not in kwargs:
-            kwargs["multiprocessing_context"] = worker_context()
+        if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
+            kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
         return torch.utils.data.DataLoader(
             self,
             batch_size=self.batch_size,
@@ -484,7 +489,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         )
 
 
-def worker_context():
+def worker_context(method: str = "forkserver"):
     """The multiprocessing context robo_resume uses for DataLoader workers (forkserver).
 
     Pass it as ``multiprocessing_context=`` when you build a DataLoader (or torchdata's
@@ -492,10 +497,11 @@ def worker_context():
     """
     import multiprocessing as mp
 
-    if "forkserver" not in mp.get_all_start_methods():
-        return None  # Windows: spawn is the default anyway
-    mp.set_forkserver_preload(["torch", "robo_resume.dataset"])
-    return mp.get_context("forkserver")
+    if method not in mp.get_all_start_methods():
+        return None  # e.g. no forkserver on Windows, where spawn is the default anyway
+    if method == "forkserver":
+        mp.set_forkserver_preload(["torch", "robo_resume.dataset"])
+    return mp.get_context(method)
 
 
 def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import robo_resume.dataset
 from robo_resume.testing import make_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,6 +18,12 @@ OPEN50_WITH_VIDEO = tuple(e for e in range(50) if e not in OPEN50_MISSING_VIDEO)
 CONFORMANCE_STATS = {"items": 0, "max_image_diff": 0.0}
 
 warnings.filterwarnings("ignore", message=".*video decoding and encoding capabilities.*")
+
+
+# This pytest process decodes video and reads parquet itself (conformance and format tests)
+# before it starts DataLoader workers; forking such a process can crash the workers, so the
+# workers of in-process tests start from a forkserver. Subprocess tests use the default.
+robo_resume.dataset.WORKER_START_METHOD = "forkserver"
 
 
 @pytest.fixture(scope="session")

@@ -14,46 +14,52 @@ import torch.distributed as dist
 
 from robo_resume import ChunkedEpisodeDataset
 
-p = argparse.ArgumentParser()
-p.add_argument("--root", required=True)
-p.add_argument("--out", required=True)
-p.add_argument("--batch-size", type=int, default=5)
-p.add_argument("--num-workers", type=int, default=2)
-p.add_argument("--epochs", type=int, default=2)
-p.add_argument("--crash-at", type=int, default=0)
-p.add_argument("--resume", default=None)
-a = p.parse_args()
 
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-out = Path(a.out)
-out.mkdir(parents=True, exist_ok=True)
-state = json.loads(Path(a.resume).read_text()) if a.resume else None
-ds = ChunkedEpisodeDataset(
-    a.root, batch_size=a.batch_size, seed=7, chunk_frames=8, resume_state=state
-)
-assert ds.world_size == 2 and ds.rank == rank, (ds.rank, ds.world_size)
-tracker = ds.tracker()
-loader = ds.dataloader(num_workers=a.num_workers)
-batches = []
-epochs = a.epochs
-if state is not None:
-    from robo_resume.audit import epochs_started
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--root", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--batch-size", type=int, default=5)
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--crash-at", type=int, default=0)
+    p.add_argument("--resume", default=None)
+    a = p.parse_args()
 
-    epochs -= epochs_started(ds, state, a.num_workers)
-done = False
-for _ in range(epochs):
-    for batch in loader:
-        batch = tracker.consume(batch)
-        batches.append(batch["index"].tolist())
-        if a.crash_at and len(batches) == a.crash_at:
-            saved = tracker.state_dict()  # collective: gathers every rank's cursors
-            if rank == 0:
-                (out / "state.json").write_text(json.dumps(saved))
-            done = True
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = json.loads(Path(a.resume).read_text()) if a.resume else None
+    ds = ChunkedEpisodeDataset(
+        a.root, batch_size=a.batch_size, seed=7, chunk_frames=8, resume_state=state
+    )
+    assert ds.world_size == 2 and ds.rank == rank, (ds.rank, ds.world_size)
+    tracker = ds.tracker()
+    loader = ds.dataloader(num_workers=a.num_workers)
+    batches = []
+    epochs = a.epochs
+    if state is not None:
+        from robo_resume.audit import epochs_started
+
+        epochs -= epochs_started(ds, state, a.num_workers)
+    done = False
+    for _ in range(epochs):
+        for batch in loader:
+            batch = tracker.consume(batch)
+            batches.append(batch["index"].tolist())
+            if a.crash_at and len(batches) == a.crash_at:
+                saved = tracker.state_dict()  # collective: gathers every rank's cursors
+                if rank == 0:
+                    (out / "state.json").write_text(json.dumps(saved))
+                done = True
+                break
+        if done:
             break
-    if done:
-        break
-(out / f"rank{rank}.json").write_text(json.dumps(batches))
-dist.barrier()
-dist.destroy_process_group()
+    (out / f"rank{rank}.json").write_text(json.dumps(batches))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # workers start from a forkserver, which imports this file
+    main()

@@ -143,16 +143,21 @@ def test_cli_verify_and_plot(factory, tmp_path, capsys):
 
 
 def test_cli_verify_reports_a_broken_resume(factory, monkeypatch, capsys):
-    """Inject the rotation bug: verify must see it and exit 1."""
-    from robo_resume.dataset import ChunkedEpisodeDataset
+    """If the audit finds a replayed frame in robo_resume's scenarios, verify says so, exit 1."""
+    from robo_resume import audit
 
-    real = ChunkedEpisodeDataset.start_point
-    monkeypatch.setattr(
-        ChunkedEpisodeDataset, "start_point", lambda self, w: (0, *real(self, w)[1:])
-    )
+    real = audit._compare
+
+    def broken(name, full, got, keep):
+        if name == "arithmetic":
+            got = [got[0], *got]  # one frame consumed twice
+        return real(name, full, got, keep)
+
+    monkeypatch.setattr(audit, "_compare", broken)
     root = factory(num_cameras=0).root
     assert main(["verify", str(root), "--crash-at", "3", "--batch-size", "4"]) == 1
-    assert "robo_resume: FAILED" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "robo_resume: FAILED" in out
 
 
 def test_cli_bench(factory, capsys):
