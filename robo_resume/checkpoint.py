@@ -1,34 +1,127 @@
 """Atomic checkpoint files: a crash while saving leaves the previous checkpoint intact.
 
-:func:`save_checkpoint` writes to a temporary file in the same folder, fsyncs it, renames it over
-the target (atomic on POSIX) and fsyncs the folder. :func:`load_checkpoint` reads it back. Works
-for anything ``torch.save`` accepts, e.g. ``{"model": ..., "optimizer": ..., "step": s,
-"data": tracker.state_dict()}``.
+:func:`save_checkpoint` (anything ``torch.save`` accepts, e.g. ``{"model": ..., "optimizer":
+..., "step": s, "data": tracker.state_dict()}``) and :func:`save_state` (the data
+:class:`~robo_resume.state.ResumeState` alone, as JSON) share one atomic write:
+
+1. write to a temporary sibling ``.<name>.<random>.tmp`` in the same folder (same file system,
+   so the rename below is atomic), holding an exclusive ``flock`` on it while writing;
+2. flush and ``fsync`` it;
+3. ``os.replace`` it over the target (atomic on POSIX: readers see the old or the new file,
+   never a mix) and ``fsync`` the folder so the rename itself survives a power loss.
+
+A process killed (SIGKILL, OOM, preemption) in steps 1-2 leaves its temporary file behind; the
+target is untouched. **Leftover cleanup:** every save, once its own temporary file is created
+and locked, deletes the temporary siblings of the same target whose writer is gone. A writer is
+gone when its file's ``flock`` can be taken (the kernel drops the lock when the process dies),
+so a save running at the same time in another process is never disturbed. Hence, with one
+process saving a target, at most one leftover per target exists (from the last crash), and
+none once a save completes. On platforms without ``fcntl`` (Windows), leftovers older than
+:data:`STALE_TMP_AGE_S` are deleted instead.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
-__all__ = ["load_checkpoint", "save_checkpoint"]
+from .errors import CorruptFileError, MissingFileError, ResumeStateError, describe
+from .state import ResumeState
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "STALE_TMP_AGE_S",
+    "atomic_write",
+    "load_checkpoint",
+    "load_state",
+    "save_checkpoint",
+    "save_state",
+]
+
+STALE_TMP_AGE_S = 3600.0
+"""Without ``fcntl``, temporary files older than this (seconds) count as leftovers."""
 
 
-def save_checkpoint(obj: Any, path: str | Path) -> Path:
-    """Save ``obj`` with ``torch.save`` to ``path`` atomically; returns the path."""
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def _new_locked_tmp(path: Path) -> tuple[int, str]:
+    """Create the temporary sibling and lock it; retry if a cleaner deleted it meanwhile."""
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=path.parent)
+        if fcntl is None:
+            return fd, tmp
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink > 0:  # a cleaner may have unlinked it before we locked it
+            return fd, tmp
+        os.close(fd)
+
+
+def _remove_stale_tmps(path: Path, keep: str) -> int:
+    """Delete temporary siblings of ``path`` whose writer is gone; returns how many."""
+    removed = 0
+    prefix = _tmp_prefix(path)
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return 0
+    now = time.time()
+    for name in names:
+        other = os.path.join(path.parent, name)
+        if other == keep:
+            continue
+        try:
+            if fcntl is None:
+                if now - os.stat(other).st_mtime > STALE_TMP_AGE_S:
+                    os.unlink(other)
+                    removed += 1
+                continue
+            fd = os.open(other, os.O_RDONLY)
+        except OSError:  # gone already, or not ours to touch
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live writer holds it
+            os.close(fd)
+            continue
+        try:
+            os.unlink(other)
+            removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # releases the lock
+    return removed
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+    """Write ``path`` atomically: ``write(f)`` fills a temporary sibling that replaces it.
+
+    See the module docstring for the steps and the cleanup of leftovers. If ``write`` raises,
+    the temporary file is removed and ``path`` is untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_locked_tmp(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+        with os.fdopen(fd, "wb") as f:  # closing f releases the lock after the rename
+            _remove_stale_tmps(path, keep=tmp)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
@@ -41,6 +134,67 @@ def save_checkpoint(obj: Any, path: str | Path) -> Path:
     return path
 
 
+def save_checkpoint(obj: Any, path: str | Path) -> Path:
+    """Save ``obj`` with ``torch.save`` to ``path`` atomically; returns the path."""
+    return atomic_write(path, lambda f: torch.save(obj, f))
+
+
 def load_checkpoint(path: str | Path) -> Any:
     """Load a checkpoint written by :func:`save_checkpoint` (CPU tensors)."""
-    return torch.load(Path(path), map_location="cpu", weights_only=False)
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(
+            describe(
+                "The checkpoint file is missing",
+                expected="a file written by save_checkpoint",
+                found="no such file",
+                file=path,
+                fix="check the path, or start without resuming",
+            )
+        )
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def save_state(state: ResumeState | Mapping[str, Any], path: str | Path) -> Path:
+    """Save a resume state (a :class:`ResumeState` or ``tracker.state_dict()``) as JSON, atomically.
+
+    The state is validated first, so an invalid state never replaces a good file.
+    """
+    text = ResumeState.from_dict(state).to_json() + "\n"
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def load_state(path: str | Path) -> ResumeState:
+    """Load and validate a state written by :func:`save_state`.
+
+    Pass the result as ``ChunkedEpisodeDataset(..., resume_state=...)``. Raises
+    :class:`MissingFileError` for a missing file, :class:`CorruptFileError` for a file that is
+    not JSON, and :class:`ResumeStateError` (naming the file) for an invalid state.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(
+            describe(
+                "The resume state file is missing",
+                expected="a JSON file written by save_state",
+                found="no such file",
+                file=path,
+                fix="check the path, or start without resume_state",
+            )
+        )
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(
+            describe(
+                "The resume state file is not valid JSON",
+                expected="a JSON file written by save_state",
+                found=f"{type(exc).__name__}: {exc}",
+                file=path,
+                fix="restore the file from a backup; save_state never leaves a partial file",
+            )
+        ) from exc
+    try:
+        return ResumeState.from_dict(data)
+    except ResumeStateError as exc:
+        raise ResumeStateError(f"{exc} Read from file {path}.") from exc

@@ -4,22 +4,93 @@ A :class:`ResumeState` records, for every stream (``rank`` x worker role) of a r
 frame cursor the training loop has consumed: ``(epoch, position)`` = frames of that stream's epoch
 already consumed. With the fingerprint of the dataset, the chunk plan and the schedule options,
 it is enough to continue every stream exactly where it stood. It has the same keys and types at
-every step, so it can go into any checkpoint (``json.dumps(state.to_dict())`` or ``torch.save``).
+every step, so it can go into any checkpoint (``json.dumps(state.to_dict())`` or ``torch.save``),
+or be written alone with :func:`robo_resume.checkpoint.save_state`.
+
+Versions (the rule :meth:`ResumeState.from_dict` applies):
+
+- ``version`` is the state *format* version, :data:`STATE_VERSION`. It changes whenever the
+  meaning of a state changes: its keys, or the plan or schedule algorithms that turn a cursor
+  into frames. A state of the current version is accepted. A version 1 state (no
+  ``library_version``) is migrated to version 2, which logs one INFO line on the
+  ``robo_resume`` logger. Any other version (0, a future version, not an int) is refused with
+  :class:`~robo_resume.errors.ResumeStateError`.
+- ``library_version`` is the ``robo_resume.__version__`` that wrote the state. Because any
+  change of the order bumps :data:`STATE_VERSION`, a state from another library version with
+  the same format version resumes the same frames: it is accepted, and
+  :meth:`ResumeState.check_fingerprint` logs one WARNING naming both versions.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ResumeStateError, describe
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "ResumeState", "StreamCursor"]
+__all__ = [
+    "STATE_FORMAT",
+    "STATE_VERSION",
+    "ResumeState",
+    "StreamCursor",
+    "library_version",
+]
+
+logger = logging.getLogger("robo_resume")
 
 STATE_FORMAT = "robo_resume.state"
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""Format version of :meth:`ResumeState.to_dict`; 2 added ``library_version``."""
+
+UNKNOWN_LIBRARY_VERSION = "unknown"
+"""``library_version`` of a state migrated from format version 1 (which did not record it)."""
+
+_KEYS = ("fingerprint", "world_size", "num_workers", "batches", "cursors")
+
+# How to fix a mismatch of each fingerprint key (see ChunkedEpisodeDataset.fingerprint).
+_FIX = {
+    "dataset": "the state belongs to another dataset (its episodes or features differ); pass "
+    "the root of the dataset the run was trained on, or start a new run without resume_state",
+    "total_frames": "the state belongs to another dataset or episode selection; pass the same "
+    "root and episodes=[...] as the run that saved it",
+    "episodes": "pass the same episodes=[...] as the run that saved the state",
+    "plan": "pass the same chunk_frames, episodes and StreamTuning(cut_at_keyframes=...) as the "
+    "run that saved the state",
+    "seed": "pass the same seed as the run that saved the state",
+    "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
+    "counts batches of that size)",
+}
+_FIX_DEFAULT = (
+    "construct the dataset with the same root, episodes, chunk_frames, seed, batch_size and "
+    "schedule options as the run that saved the state"
+)
+_ESCAPE = (
+    "; to resume anyway, accepting that frames may be replayed or lost, call "
+    "state.check_fingerprint(dataset.fingerprint, strict=False)"
+)
+
+
+def library_version() -> str:
+    """``robo_resume.__version__`` (read when called: the package imports this module)."""
+    import robo_resume  # the package is fully imported by the time a state is built
+
+    return str(getattr(robo_resume, "__version__", UNKNOWN_LIBRARY_VERSION))
+
+
+def _int(name: str, value: Any, *, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ResumeStateError(
+            describe(
+                f"Invalid resume state field '{name}'",
+                expected=f"an int >= {minimum}",
+                found=repr(value)[:80],
+                fix="pass the unmodified dict from CursorTracker.state_dict() or load_state()",
+            )
+        )
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -55,6 +126,12 @@ class ResumeState:
         batches: batches each rank's loader had delivered (the arithmetic position,
             ``resume_step // batch_size``).
         cursors: one per stream of the ranks that contributed (all ranks after a gather).
+        library_version: the robo_resume version that made the state (see the module
+            docstring for the version rule).
+
+    Validated on construction: ``world_size >= 1``, ``num_workers >= 0``, ``batches >= 0``,
+    and at most one cursor per stream, each of a rank ``< world_size`` and a role
+    ``< max(num_workers, 1)``.
     """
 
     fingerprint: Mapping[str, Any]
@@ -62,12 +139,49 @@ class ResumeState:
     num_workers: int
     batches: int
     cursors: tuple[StreamCursor, ...] = field(default_factory=tuple)
+    library_version: str = field(default_factory=library_version)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fingerprint, Mapping):
+            raise ResumeStateError(
+                describe(
+                    "Invalid resume state field 'fingerprint'",
+                    expected="a dict",
+                    found=type(self.fingerprint).__name__,
+                )
+            )
+        _int("world_size", self.world_size, minimum=1)
+        _int("num_workers", self.num_workers)
+        _int("batches", self.batches)
+        streams = max(self.num_workers, 1)
+        seen: set[tuple[int, int]] = set()
+        for c in self.cursors:
+            if c.rank >= self.world_size or c.role >= streams:
+                raise ResumeStateError(
+                    describe(
+                        "A cursor names a stream outside the state's topology",
+                        expected=f"rank < {self.world_size} and role < {streams}",
+                        found=f"rank={c.rank}, role={c.role}",
+                        fix="pass the unmodified dict from CursorTracker.state_dict()",
+                    )
+                )
+            if (c.rank, c.role) in seen:
+                raise ResumeStateError(
+                    describe(
+                        "The resume state holds two cursors for one stream",
+                        expected="one cursor per (rank, role)",
+                        found=f"rank={c.rank}, role={c.role} twice",
+                        fix="merge states of several ranks with ResumeState.merged()",
+                    )
+                )
+            seen.add((c.rank, c.role))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict with a fixed set of keys (see :meth:`from_dict`)."""
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
+            "library_version": self.library_version,
             "fingerprint": dict(self.fingerprint),
             "world_size": self.world_size,
             "num_workers": self.num_workers,
@@ -80,12 +194,25 @@ class ResumeState:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | ResumeState) -> ResumeState:
-        """Parse and validate a dict made by :meth:`to_dict` (or a JSON string of one)."""
+    def from_dict(cls, data: Mapping[str, Any] | str | bytes | ResumeState) -> ResumeState:
+        """Parse and validate a dict made by :meth:`to_dict` (or a JSON string of one).
+
+        Version 1 states are migrated (logged at INFO); other versions are refused. Raises
+        :class:`~robo_resume.errors.ResumeStateError` naming what is wrong and the fix.
+        """
         if isinstance(data, ResumeState):
             return data
         if isinstance(data, str | bytes):
-            data = json.loads(data)
+            try:
+                data = json.loads(data)
+            except ValueError as exc:
+                raise ResumeStateError(
+                    describe(
+                        "The resume state is not valid JSON",
+                        expected="the JSON text of CursorTracker.state_dict()",
+                        found=f"{type(exc).__name__}: {exc}",
+                    )
+                ) from exc
         if not isinstance(data, Mapping) or data.get("format") != STATE_FORMAT:
             raise ResumeStateError(
                 describe(
@@ -96,58 +223,116 @@ class ResumeState:
                     "ChunkedEpisodeDataset.resume_state_from(...)",
                 )
             )
-        version = data.get("version")
-        if version != STATE_VERSION:
-            raise ResumeStateError(
-                describe(
-                    "Unsupported resume state version",
-                    expected=f"version {STATE_VERSION}",
-                    found=f"version {version!r}",
-                    fix="resume with the robo_resume version that wrote the state, or restart "
-                    "the epoch with resume_step",
-                )
-            )
-        missing = [
-            k
-            for k in ("fingerprint", "world_size", "num_workers", "batches", "cursors")
-            if k not in data
-        ]
+        data = _migrate(data)
+        missing = [k for k in _KEYS if k not in data]
         if missing:
             raise ResumeStateError(
-                describe("The resume state lacks keys", expected="all keys", found=missing)
-            )
-        try:
-            cursors = tuple(StreamCursor(*map(int, c)) for c in data["cursors"])
-            return cls(
-                fingerprint=dict(data["fingerprint"]),
-                world_size=int(data["world_size"]),
-                num_workers=int(data["num_workers"]),
-                batches=int(data["batches"]),
-                cursors=cursors,
-            )
-        except (TypeError, ValueError) as exc:
-            raise ResumeStateError(
-                describe("The resume state is malformed", found=f"{type(exc).__name__}: {exc}")
-            ) from exc
-
-    def check_fingerprint(self, expected: Mapping[str, Any]) -> None:
-        """Raise ResumeStateError naming the first differing field if fingerprints differ."""
-        for key in sorted(set(expected) | set(self.fingerprint)):
-            want, got = expected.get(key), self.fingerprint.get(key)
-            if want != got:
-                raise ResumeStateError(
-                    describe(
-                        f"The resume state was made for a different '{key}'",
-                        expected=f"{key}={want!r} (this dataset)",
-                        found=f"{key}={got!r} (the state)",
-                        fix="construct the dataset with the same root, episodes, chunk_frames, "
-                        "seed, batch_size and schedule options as the run that saved the state",
-                    )
+                describe(
+                    "The resume state lacks keys",
+                    expected=f"keys {list(_KEYS)}",
+                    found=f"missing {missing}",
+                    fix="pass the unmodified dict from CursorTracker.state_dict() or load_state()",
                 )
+            )
+        cursors = data["cursors"]
+        if not isinstance(cursors, list | tuple) or any(
+            not isinstance(c, list | tuple) or len(c) != 4 for c in cursors
+        ):
+            raise ResumeStateError(
+                describe(
+                    "The resume state's cursors are malformed",
+                    expected="a list of [rank, role, epoch, position] lists",
+                    found=repr(cursors)[:120],
+                )
+            )
+        lib = data.get("library_version", UNKNOWN_LIBRARY_VERSION)
+        if not isinstance(lib, str):
+            raise ResumeStateError(
+                describe(
+                    "Invalid resume state field 'library_version'",
+                    expected="a version string",
+                    found=repr(lib)[:80],
+                )
+            )
+        return cls(
+            fingerprint=data["fingerprint"]
+            if not isinstance(data["fingerprint"], Mapping)
+            else dict(data["fingerprint"]),
+            world_size=_int("world_size", data["world_size"], minimum=1),
+            num_workers=_int("num_workers", data["num_workers"]),
+            batches=_int("batches", data["batches"]),
+            cursors=tuple(StreamCursor(*c) for c in cursors),
+            library_version=lib,
+        )
+
+    def mismatches(self, expected: Mapping[str, Any]) -> list[str]:
+        """Keys whose values differ between ``expected`` and this state's fingerprint, sorted."""
+        return [
+            k
+            for k in sorted(set(expected) | set(self.fingerprint))
+            if expected.get(k) != self.fingerprint.get(k)
+        ]
+
+    def check_fingerprint(self, expected: Mapping[str, Any], *, strict: bool = True) -> None:
+        """Check that this state was made for a dataset whose fingerprint is ``expected``.
+
+        With ``strict=True`` (the default) raise :class:`~robo_resume.errors.ResumeStateError`
+        naming the first differing field: expected vs found value and how to fix it (the other
+        differing fields are listed too). With ``strict=False`` every difference is logged as a
+        WARNING on the ``robo_resume`` logger instead, and the state is used as it is. This is
+        an escape hatch for experts: the cursors then index another dataset, selection, plan or
+        order, so resuming **can replay or lose frames**, silently.
+
+        Also logs one WARNING when the state was written by another ``robo_resume`` version
+        (accepted: see the module docstring).
+        """
+        self._check_library_version()
+        diff = self.mismatches(expected)
+        if not diff:
+            return
+        for key in diff if not strict else diff[:1]:
+            want, got = expected.get(key), self.fingerprint.get(key)
+            others = [k for k in diff if k != key]
+            msg = describe(
+                f"The resume state was made for a different '{key}'",
+                expected=f"{key}={want!r} (this dataset)",
+                found=f"{key}={got!r} (the state)"
+                + (f"; other differing fields: {others}" if others and strict else ""),
+                fix=_FIX.get(key, _FIX_DEFAULT) + (_ESCAPE if strict else ""),
+            )
+            if strict:
+                raise ResumeStateError(msg)
+            logger.warning(
+                "resume state check disabled (strict=False), frames may be replayed or lost: %s",
+                msg,
+            )
+
+    def _check_library_version(self) -> None:
+        current = library_version()
+        if self.library_version in (current, UNKNOWN_LIBRARY_VERSION):
+            return
+        logger.warning(
+            "resume: the state was written by robo_resume %s, this is robo_resume %s; "
+            "accepted because both use resume state format version %d (the frame order only "
+            "changes with the format version)",
+            self.library_version,
+            current,
+            STATE_VERSION,
+        )
 
     def merged(self, other: ResumeState) -> ResumeState:
         """Union of two ranks' states (same fingerprint and topology), newest cursor per stream."""
-        self.check_fingerprint(other.fingerprint)
+        diff = self.mismatches(other.fingerprint)
+        if diff:
+            key = diff[0]
+            raise ResumeStateError(
+                describe(
+                    f"Cannot merge states made for a different '{key}'",
+                    expected=f"{key}={self.fingerprint.get(key)!r}",
+                    found=f"{key}={other.fingerprint.get(key)!r}",
+                    fix="merge only the states of the ranks of one run",
+                )
+            )
         if (self.world_size, self.num_workers) != (other.world_size, other.num_workers):
             raise ResumeStateError(
                 describe(
@@ -167,4 +352,33 @@ class ResumeState:
             num_workers=self.num_workers,
             batches=max(self.batches, other.batches),
             cursors=tuple(sorted(best.values())),
+            library_version=self.library_version,
         )
+
+
+def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Bring a state dict to :data:`STATE_VERSION`, or refuse it (see the module docstring)."""
+    version = data.get("version")
+    if version == STATE_VERSION and not isinstance(version, bool):
+        return data
+    if version == 1 and not isinstance(version, bool):
+        logger.info(
+            "resume: migrated a resume state from format version 1 to %d (it does not record "
+            "the robo_resume version that wrote it)",
+            STATE_VERSION,
+        )
+        return {**data, "version": STATE_VERSION, "library_version": UNKNOWN_LIBRARY_VERSION}
+    lib = data.get("library_version")
+    newer = isinstance(version, int) and not isinstance(version, bool) and version > STATE_VERSION
+    raise ResumeStateError(
+        describe(
+            "Unsupported resume state version",
+            expected=f"version 1 or {STATE_VERSION} (this is robo_resume {library_version()})",
+            found=f"version {version!r}"
+            + (f", written by robo_resume {lib}" if isinstance(lib, str) else ""),
+            fix=f"upgrade robo_resume to {lib or 'the version that wrote the state'} or newer"
+            if newer
+            else "resume with the robo_resume version that wrote the state, or restart the "
+            "epoch with resume_step",
+        )
+    )
