@@ -20,14 +20,33 @@ import torch
 from .errors import describe
 from .format.metadata import DatasetMeta, load_metadata
 from .items import EpisodeRangeReader, ItemBuilder, ItemOptions
+from .splits import Split, resolve_selection
 
-__all__ = ["LeRobotReader", "select_episodes"]
+__all__ = ["EpisodeSelection", "LeRobotReader", "select_episodes"]
 
 
-def select_episodes(meta: DatasetMeta, episodes: Iterable[int] | None) -> tuple[int, ...]:
-    """Validate an episode selection; returns sorted unique episode indices (all if None)."""
+EpisodeSelection = Iterable[int] | str | Split | None
+"""What ``episodes=`` accepts: indices, a slice string like ``"train[:90%]"``, a Split, or None."""
+
+
+def select_episodes(meta: DatasetMeta, episodes: EpisodeSelection) -> tuple[int, ...]:
+    """Resolve an episode selection; returns sorted unique episode indices (all if None).
+
+    ``episodes`` is one of: ``None`` (all), episode indices (``[0, 3, 7]``, ``range(10)``), a
+    slice string by position in the HF datasets style (``"train[:90%]"``, ``"train[90%:]"``,
+    ``"[10:20]"``; never shuffled), or a seeded :class:`~robo_resume.splits.Split` (shuffled by
+    episode). See :mod:`robo_resume.splits` for the rounding rules. Only indices are computed;
+    nothing is read or copied.
+    """
     if episodes is None:
         return tuple(e.episode_index for e in meta.episodes)
+    if isinstance(episodes, str | Split):
+        splits = meta.info.get("splits") if isinstance(meta.info, Mapping) else None
+        return resolve_selection(
+            episodes,
+            [e.episode_index for e in meta.episodes],
+            splits=splits if isinstance(splits, Mapping) else None,
+        )
     chosen = sorted({int(e) for e in episodes})
     known = {e.episode_index for e in meta.episodes}
     unknown = [e for e in chosen if e not in known]
@@ -50,7 +69,8 @@ class LeRobotReader(torch.utils.data.Dataset):
 
     Args:
         root: dataset folder (holding ``meta/``).
-        episodes: episode indices to keep (``index`` values stay absolute, as in lerobot).
+        episodes: episode indices to keep (``index`` values stay absolute, as in lerobot), a
+            slice string like ``"train[:90%]"`` or a :class:`~robo_resume.splits.Split`.
         delta_timestamps: ``{key: [seconds, ...]}`` windows, as in lerobot.
         image_transforms: applied to each camera tensor of an item.
         image_dtype: "float32" (lerobot's default) or "uint8".
@@ -65,7 +85,7 @@ class LeRobotReader(torch.utils.data.Dataset):
         self,
         root: str | Path,
         *,
-        episodes: Iterable[int] | None = None,
+        episodes: EpisodeSelection = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
