@@ -10,65 +10,32 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from .errors import describe
 from .format.metadata import DatasetMeta, load_metadata
+from .hub import resolve_dataset
 from .items import EpisodeRangeReader, ItemBuilder, ItemOptions
-from .splits import Split, resolve_selection
+from .splits import EpisodeSelection, select_episodes
 
 __all__ = ["EpisodeSelection", "LeRobotReader", "select_episodes"]
-
-
-EpisodeSelection = Iterable[int] | str | Split | None
-"""What ``episodes=`` accepts: indices, a slice string like ``"train[:90%]"``, a Split, or None."""
-
-
-def select_episodes(meta: DatasetMeta, episodes: EpisodeSelection) -> tuple[int, ...]:
-    """Resolve an episode selection; returns sorted unique episode indices (all if None).
-
-    ``episodes`` is one of: ``None`` (all), episode indices (``[0, 3, 7]``, ``range(10)``), a
-    slice string by position in the HF datasets style (``"train[:90%]"``, ``"train[90%:]"``,
-    ``"[10:20]"``; never shuffled), or a seeded :class:`~robo_resume.splits.Split` (shuffled by
-    episode). See :mod:`robo_resume.splits` for the rounding rules. Only indices are computed;
-    nothing is read or copied.
-    """
-    if episodes is None:
-        return tuple(e.episode_index for e in meta.episodes)
-    if isinstance(episodes, str | Split):
-        splits = meta.info.get("splits") if isinstance(meta.info, Mapping) else None
-        return resolve_selection(
-            episodes,
-            [e.episode_index for e in meta.episodes],
-            splits=splits if isinstance(splits, Mapping) else None,
-        )
-    chosen = sorted({int(e) for e in episodes})
-    known = {e.episode_index for e in meta.episodes}
-    unknown = [e for e in chosen if e not in known]
-    if unknown:
-        raise ValueError(
-            describe(
-                "episodes= names episodes the dataset does not have",
-                expected=f"episode indices among {min(known)}..{max(known)}",
-                found=unknown[:10],
-                file=meta.root / "meta",
-            )
-        )
-    if not chosen:
-        raise ValueError(describe("episodes= is empty", expected="at least one episode index"))
-    return tuple(chosen)
 
 
 class LeRobotReader(torch.utils.data.Dataset):
     """Map-style dataset over a LeRobot dataset on disk (v3.0 or v2.1).
 
     Args:
-        root: dataset folder (holding ``meta/``).
+        root: dataset folder (holding ``meta/``). With ``repo_id``, a folder without
+            ``meta/`` is where the Hub download goes (instead of the huggingface_hub cache).
+        repo_id: ``"owner/name"`` of a dataset on the Hugging Face Hub, used when ``root`` is
+            None or holds no dataset: the metadata and only the selected episodes' files are
+            downloaded (or found in the cache; offline with ``HF_HUB_OFFLINE=1``). See
+            :func:`robo_resume.hub.resolve_root`.
+        revision: Hub branch, tag (e.g. "v3.0", "v2.1") or commit; None: the default branch.
         episodes: episode indices to keep (``index`` values stay absolute, as in lerobot), a
             slice string like ``"train[:90%]"`` or a :class:`~robo_resume.splits.Split`.
         delta_timestamps: ``{key: [seconds, ...]}`` windows, as in lerobot.
@@ -83,8 +50,10 @@ class LeRobotReader(torch.utils.data.Dataset):
 
     def __init__(
         self,
-        root: str | Path,
+        root: str | Path | None = None,
         *,
+        repo_id: str | None = None,
+        revision: str | None = None,
         episodes: EpisodeSelection = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -93,7 +62,10 @@ class LeRobotReader(torch.utils.data.Dataset):
         decoder_threads: int = 0,
         meta: DatasetMeta | None = None,
     ) -> None:
+        if meta is None and (repo_id is not None or root is None):
+            root, meta = resolve_dataset(repo_id, root=root, revision=revision, episodes=episodes)
         self.meta = meta if meta is not None else load_metadata(root)
+        self.repo_id, self.revision = repo_id, revision
         self.options = ItemOptions(
             delta_timestamps=delta_timestamps,
             image_dtype=image_dtype,
@@ -149,8 +121,9 @@ class LeRobotReader(torch.utils.data.Dataset):
             self._open.popitem()[1].close()
 
     def __repr__(self) -> str:
+        hub = f"repo_id={self.repo_id!r}, " if self.repo_id else ""
         return (
-            f"LeRobotReader(root={str(self.meta.root)!r}, version={self.meta.version}, "
+            f"LeRobotReader({hub}root={str(self.meta.root)!r}, version={self.meta.version}, "
             f"episodes={self.num_episodes}, frames={len(self)}, "
             f"cameras={list(self.meta.camera_keys)})"
         )

@@ -46,17 +46,22 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import describe
 
+if TYPE_CHECKING:
+    from .format.metadata import DatasetMeta
+
 __all__ = [
+    "EpisodeSelection",
     "EpisodeSlice",
     "Split",
     "parse_selection",
     "resolve_selection",
+    "select_episodes",
     "split_episodes",
     "split_sizes",
 ]
@@ -440,3 +445,45 @@ def resolve_selection(
             )
         )
     return tuple(sorted(chosen))
+
+
+# --------------------------------------------------------------------------- selection
+
+
+EpisodeSelection = Iterable[int] | str | Split | None
+"""What ``episodes=`` accepts: indices, a slice string like ``"train[:90%]"``, a Split, or None."""
+
+
+def select_episodes(meta: DatasetMeta, episodes: EpisodeSelection) -> tuple[int, ...]:
+    """Resolve an episode selection; returns sorted unique episode indices (all if None).
+
+    ``episodes`` is one of: ``None`` (all), episode indices (``[0, 3, 7]``, ``range(10)``), a
+    slice string by position in the HF datasets style (``"train[:90%]"``, ``"train[90%:]"``,
+    ``"[10:20]"``; never shuffled), or a seeded :class:`~robo_resume.splits.Split` (shuffled by
+    episode). See :mod:`robo_resume.splits` for the rounding rules. Only indices are computed;
+    nothing is read or copied.
+    """
+    if episodes is None:
+        return tuple(e.episode_index for e in meta.episodes)
+    if isinstance(episodes, str | Split):
+        splits = meta.info.get("splits")
+        return resolve_selection(
+            episodes,
+            [e.episode_index for e in meta.episodes],
+            splits=splits if isinstance(splits, Mapping) else None,
+        )
+    chosen = sorted({int(e) for e in episodes})
+    known = {e.episode_index for e in meta.episodes}
+    unknown = [e for e in chosen if e not in known]
+    if unknown:
+        raise ValueError(
+            describe(
+                "episodes= names episodes the dataset does not have",
+                expected=f"episode indices among {min(known)}..{max(known)}",
+                found=unknown[:10],
+                file=meta.root / "meta",
+            )
+        )
+    if not chosen:
+        raise ValueError(describe("episodes= is empty", expected="at least one episode index"))
+    return tuple(chosen)

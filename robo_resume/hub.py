@@ -1,0 +1,345 @@
+"""Datasets on the Hugging Face Hub: download only the metadata and the selected episodes' files.
+
+:func:`resolve_root` turns ``repo_id`` (+ ``revision``) into a local dataset folder that the
+readers open like any other root:
+
+1. ``snapshot_download(repo_id, repo_type="dataset", allow_patterns=["meta/**"])``: the
+   metadata only (info.json, episode tables, tasks, stats).
+2. :func:`~robo_resume.format.metadata.load_metadata` on it, then the episode selection
+   (indices, ``"train[:90%]"`` or a :class:`~robo_resume.splits.Split`, as ``episodes=``).
+3. A second ``snapshot_download`` at the **same commit** as step 1 whose ``allow_patterns``
+   are the data and video files of the selected episodes (:func:`download_patterns`), from the
+   v3.0 or v2.1 episode metadata. Nothing else is fetched; files already in the cache are not
+   fetched again, and the call is skipped when every file is there.
+
+Offline (``HF_HUB_OFFLINE=1``, read at call time, or ``local_files_only=True``): both steps
+resolve from the local cache only. huggingface_hub then returns the cached snapshot folder
+without checking its files, so :func:`resolve_root` checks that every file the selection needs
+is there and raises :class:`~robo_resume.errors.MissingFileError` naming the missing files,
+saying that offline mode is on, and how to fix it.
+
+huggingface_hub is optional: it is imported only when something must be downloaded
+(``pip install huggingface_hub``, or the ``lerobot`` extra, which depends on it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path, PurePosixPath
+
+from .errors import MissingFileError, describe
+from .format.metadata import DatasetMeta, load_metadata
+from .splits import EpisodeSelection, select_episodes
+
+__all__ = ["download_patterns", "episode_files", "resolve_dataset", "resolve_root"]
+
+logger = logging.getLogger("robo_resume")
+
+META_PATTERNS = ("meta/**",)
+"""allow_patterns of the first download: the whole ``meta/`` folder, nothing else."""
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+Download = Callable[..., "str | Path"]
+"""``download(repo_id, *, revision, allow_patterns, cache_dir, local_dir, local_files_only)``
+returning the snapshot folder: :func:`huggingface_hub.snapshot_download` with
+``repo_type="dataset"`` (the default), or a test double."""
+
+
+def episode_files(meta: DatasetMeta, episodes: Iterable[int]) -> tuple[str, ...]:
+    """Data and video files (paths relative to the root, sorted) that ``episodes`` read."""
+    files: set[str] = set()
+    for e in episodes:
+        ep = meta.episode(int(e))
+        files.add(ep.data_path)
+        files.update(ref.path for ref in ep.videos.values())
+    return tuple(sorted(files))
+
+
+def _escape(path: str) -> str:
+    """An fnmatch pattern matching exactly ``path`` (``*``, ``?``, ``[`` made literal)."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def download_patterns(meta: DatasetMeta, episodes: Iterable[int]) -> tuple[str, ...]:
+    """``allow_patterns`` that fetch exactly the files of ``episodes`` (see :func:`episode_files`).
+
+    One literal pattern per file, except that a folder whose files (as listed by the
+    metadata) are all needed becomes ``folder/*`` (the topmost such folder), so that selecting
+    all episodes, or a contiguous slice, costs a few patterns instead of one per file
+    (huggingface_hub matches every repo file against every pattern).
+    """
+    needed = set(episode_files(meta, episodes))
+    every = set(episode_files(meta, (e.episode_index for e in meta.episodes)))
+    below: dict[PurePosixPath, set[str]] = {}
+    for f in every:
+        for d in PurePosixPath(f).parents[:-1]:  # every folder but the root
+            below.setdefault(d, set()).add(f)
+    full = {d for d, files in below.items() if files <= needed}
+    patterns = set()
+    for f in needed:
+        top = [d for d in PurePosixPath(f).parents[:-1] if d in full]
+        patterns.add(_escape(top[-1].as_posix()) + "/*" if top else _escape(f))
+    return tuple(sorted(patterns))
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in _TRUE
+
+
+def _hub_offline() -> bool:
+    """Offline mode, from the environment now or huggingface_hub's import-time constant."""
+    if _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE"):
+        return True
+    constants = sys.modules.get("huggingface_hub.constants")
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def _snapshot_download(
+    repo_id: str,
+    *,
+    revision: str | None,
+    allow_patterns: Sequence[str],
+    cache_dir: str | Path | None,
+    local_dir: str | Path | None,
+    local_files_only: bool,
+) -> str:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:
+        raise ImportError(
+            describe(
+                "Reading a dataset from the Hugging Face Hub needs huggingface_hub",
+                expected="the huggingface_hub package",
+                found=f"{type(exc).__name__}: {exc}",
+                fix="pip install huggingface_hub (or robo_resume[lerobot]), or pass root= a "
+                "local copy of the dataset",
+            )
+        ) from exc
+    return snapshot_download(
+        repo_id,
+        repo_type="dataset",
+        revision=revision,
+        allow_patterns=list(allow_patterns),
+        cache_dir=cache_dir,
+        local_dir=local_dir,
+        local_files_only=local_files_only,
+    )
+
+
+def _offline_fix(repo_id: str, revision: str | None) -> str:
+    rev = f" --revision {revision}" if revision else ""
+    return (
+        "offline mode is on (HF_HUB_OFFLINE=1 or local_files_only=True), so only the local "
+        "cache is used: download the files once with network (unset HF_HUB_OFFLINE and run "
+        f"again, or `huggingface-cli download {repo_id} --repo-type dataset{rev}`), or select "
+        "episodes that are cached, or pass root= a local copy"
+    )
+
+
+def _hub_error(
+    exc: BaseException, repo_id: str, revision: str | None, offline: bool, cache: str
+) -> Exception | None:
+    """A robo_resume error for a huggingface_hub error (matched by class name, no import)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    rev = revision or "main"
+    if "LocalEntryNotFoundError" in names:
+        return MissingFileError(
+            describe(
+                f"The dataset {repo_id!r} (revision {rev!r}) is not in the local Hugging Face "
+                "cache" + (" and offline mode is on" if offline else " and the Hub is unreachable"),
+                expected=f"a snapshot under {cache}",
+                found=f"{type(exc).__name__}: {exc}",
+                fix=_offline_fix(repo_id, revision)
+                if offline
+                else "check the network connection (and HF_ENDPOINT), then run again",
+            )
+        )
+    if "RevisionNotFoundError" in names:
+        return MissingFileError(
+            describe(
+                f"The dataset {repo_id!r} has no revision {rev!r} on the Hub",
+                expected="a branch, tag or commit of the dataset repo",
+                found=f"{type(exc).__name__}: {exc}",
+                fix="pass an existing revision (e.g. 'main', or a version tag such as 'v3.0' "
+                "or 'v2.1' for LeRobot datasets)",
+            )
+        )
+    if "RepositoryNotFoundError" in names:
+        return MissingFileError(
+            describe(
+                f"The Hub has no dataset repo {repo_id!r} that this account can read",
+                expected="an existing dataset repo id 'owner/name'",
+                found=f"{type(exc).__name__}: {exc}",
+                fix="check the repo id and that it is a dataset (not a model) repo; for private "
+                "or gated datasets log in with `huggingface-cli login` (and accept the terms)",
+            )
+        )
+    return None
+
+
+def _cache_folder(repo_id: str, cache_dir: str | Path | None) -> str:
+    """Where huggingface_hub keeps this dataset (for messages)."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
+    base = (
+        cache_dir
+        or getattr(constants, "HF_HUB_CACHE", None)
+        or os.environ.get("HF_HUB_CACHE")
+        or home
+    )
+    return str(Path(base) / ("datasets--" + repo_id.replace("/", "--")))
+
+
+def resolve_dataset(
+    repo_id: str | None = None,
+    *,
+    root: str | Path | None = None,
+    revision: str | None = None,
+    episodes: EpisodeSelection = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+    _download: Download | None = None,
+) -> tuple[Path, DatasetMeta]:
+    """:func:`resolve_root`, also returning the dataset's metadata (loaded once)."""
+    local_dir = None
+    if root is not None:
+        root = Path(root).expanduser()
+        if (root / "meta" / "info.json").is_file():
+            return root, load_metadata(root)
+        if repo_id is None:
+            raise MissingFileError(
+                describe(
+                    "The dataset root holds no LeRobot dataset",
+                    expected="a folder holding meta/info.json",
+                    found="no meta/info.json" if root.is_dir() else "no such folder",
+                    file=root,
+                    fix="pass the folder of a downloaded dataset as root, or repo_id='owner/name' "
+                    "to download it (into root when root is given)",
+                )
+            )
+        local_dir = root
+    if not isinstance(repo_id, str) or not repo_id.strip():
+        raise ValueError(
+            describe(
+                "No dataset to open",
+                expected="root= a local dataset folder, or repo_id='owner/name' on the Hub",
+                found=f"root={root!r}, repo_id={repo_id!r}",
+            )
+        )
+    offline = bool(local_files_only) or _hub_offline()
+    download = _download or _snapshot_download
+    cache = str(local_dir) if local_dir is not None else _cache_folder(repo_id, cache_dir)
+
+    def fetch(rev: str | None, patterns: Sequence[str]) -> Path:
+        try:
+            got = download(
+                repo_id,
+                revision=rev,
+                allow_patterns=list(patterns),
+                cache_dir=cache_dir,
+                local_dir=local_dir,
+                local_files_only=offline,
+            )
+        except Exception as exc:
+            mapped = _hub_error(exc, repo_id, rev, offline, cache)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        return Path(got)
+
+    folder = fetch(revision, META_PATTERNS)
+    if not (folder / "meta" / "info.json").is_file():
+        raise MissingFileError(
+            describe(
+                f"The snapshot of {repo_id!r} has no meta/info.json"
+                + (" in the local cache (offline mode is on)" if offline else ""),
+                expected="a LeRobot dataset repo (v3.0 or v2.1) with meta/info.json",
+                found=f"no meta/info.json in {folder}",
+                file=folder / "meta" / "info.json",
+                fix=_offline_fix(repo_id, revision)
+                if offline
+                else "check that the repo is a LeRobot dataset and the revision is right",
+            )
+        )
+    meta = load_metadata(folder)
+    selected = select_episodes(meta, episodes)
+    files = episode_files(meta, selected)
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing and not offline:
+        # Same commit as the metadata: a push between the two calls cannot mix versions.
+        pinned = folder.name if local_dir is None and _COMMIT.match(folder.name) else revision
+        patterns = download_patterns(meta, selected)
+        logger.info(
+            "hub: %s@%s: fetching %d files of %d episodes (%d patterns)",
+            repo_id,
+            pinned,
+            len(files),
+            len(selected),
+            len(patterns),
+        )
+        folder = fetch(pinned, patterns)
+        missing = [f for f in files if not (folder / f).is_file()]
+    if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
+        raise MissingFileError(
+            describe(
+                f"{len(missing)} of the {len(files)} data/video files of the {len(selected)} "
+                f"selected episodes of {repo_id!r} are missing"
+                + (" from the local cache (offline mode is on)" if offline else " after download"),
+                expected=f"the selected episodes' files under {folder}",
+                found=f"missing {shown}",
+                fix=_offline_fix(repo_id, revision)
+                if offline
+                else "the Hub snapshot lacks files its metadata points to: check the dataset "
+                "repo, or select other episodes",
+            )
+        )
+    return folder, meta
+
+
+def resolve_root(
+    repo_id: str | None = None,
+    *,
+    root: str | Path | None = None,
+    revision: str | None = None,
+    episodes: EpisodeSelection = None,
+    cache_dir: str | Path | None = None,
+    local_files_only: bool = False,
+    _download: Download | None = None,
+) -> Path:
+    """A local folder holding the dataset's metadata and the files ``episodes`` need.
+
+    Args:
+        repo_id: ``"owner/name"`` of a dataset repo on the Hub.
+        root: a local copy: used as it is when it holds ``meta/info.json`` (nothing is
+            checked or downloaded); otherwise, with ``repo_id``, the download goes into this
+            folder (huggingface_hub's ``local_dir``) instead of the cache.
+        revision: branch, tag or commit (None: the default branch). LeRobot publishes version
+            tags such as ``"v3.0"`` and ``"v2.1"``.
+        episodes: the selection the run will use (indices, ``"train[:90%]"``, a ``Split``,
+            None for all); only these episodes' data and video files are downloaded.
+        cache_dir: huggingface_hub cache folder (None: ``HF_HUB_CACHE``).
+        local_files_only: use only the local cache (as ``HF_HUB_OFFLINE=1`` does).
+
+    Returns the snapshot folder (``<cache>/datasets--owner--name/snapshots/<commit>``, or
+    ``root``). Raises :class:`~robo_resume.errors.MissingFileError` for a repo, revision or
+    file that cannot be found (offline: not in the cache), ImportError when huggingface_hub
+    is needed but not installed. See the module docstring for the download steps.
+    """
+    return resolve_dataset(
+        repo_id,
+        root=root,
+        revision=revision,
+        episodes=episodes,
+        cache_dir=cache_dir,
+        local_files_only=local_files_only,
+        _download=_download,
+    )[0]
