@@ -10,7 +10,10 @@ readers open like any other root:
 3. A second ``snapshot_download`` at the **same commit** as step 1 whose ``allow_patterns``
    are the data and video files of the selected episodes (:func:`download_patterns`), from the
    v3.0 or v2.1 episode metadata. Nothing else is fetched; files already in the cache are not
-   fetched again, and the call is skipped when every file is there.
+   fetched again, and the call is skipped when every file is there. Past
+   :data:`MAX_PATTERNS` patterns (random splits of large v2.1 datasets), the missing files are
+   fetched one by one with ``hf_hub_download`` at that commit instead, because
+   ``snapshot_download`` matches every repo file against every pattern.
 
 Offline (``HF_HUB_OFFLINE=1``, read at call time, or ``local_files_only=True``): both steps
 resolve from the local cache only. huggingface_hub then returns the cached snapshot folder
@@ -28,8 +31,11 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from .errors import MissingFileError, describe
 from .format.metadata import DatasetMeta, load_metadata
@@ -41,6 +47,12 @@ logger = logging.getLogger("robo_resume")
 
 META_PATTERNS = ("meta/**",)
 """allow_patterns of the first download: the whole ``meta/`` folder, nothing else."""
+
+MAX_PATTERNS = 64
+"""Above this many patterns the files are fetched one by one (``hf_hub_download``) instead:
+``snapshot_download`` matches every repo file against every pattern (about 1 s per 10^6 pairs),
+which a random split of a large v2.1 dataset (one file per episode and camera) would make
+quadratic."""
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -100,17 +112,10 @@ def _hub_offline() -> bool:
     return bool(getattr(constants, "HF_HUB_OFFLINE", False))
 
 
-def _snapshot_download(
-    repo_id: str,
-    *,
-    revision: str | None,
-    allow_patterns: Sequence[str],
-    cache_dir: str | Path | None,
-    local_dir: str | Path | None,
-    local_files_only: bool,
-) -> str:
+def _import_hub() -> Any:
+    """The huggingface_hub module, or an ImportError saying how to install it."""
     try:
-        from huggingface_hub import snapshot_download
+        import huggingface_hub
     except ImportError as exc:
         raise ImportError(
             describe(
@@ -121,7 +126,19 @@ def _snapshot_download(
                 "local copy of the dataset",
             )
         ) from exc
-    return snapshot_download(
+    return huggingface_hub
+
+
+def _snapshot_download(
+    repo_id: str,
+    *,
+    revision: str | None,
+    allow_patterns: Sequence[str],
+    cache_dir: str | Path | None,
+    local_dir: str | Path | None,
+    local_files_only: bool,
+) -> str:
+    return _import_hub().snapshot_download(
         repo_id,
         repo_type="dataset",
         revision=revision,
@@ -130,6 +147,37 @@ def _snapshot_download(
         local_dir=local_dir,
         local_files_only=local_files_only,
     )
+
+
+def _hf_hub_download_files(
+    repo_id: str,
+    *,
+    revision: str | None,
+    files: Sequence[str],
+    cache_dir: str | Path | None,
+    local_dir: str | Path | None,
+) -> Path:
+    """Fetch ``files`` one by one (8 threads); return the snapshot folder holding them."""
+    hub = _import_hub()
+
+    def one(f: str) -> Path:
+        got = Path(
+            hub.hf_hub_download(
+                repo_id,
+                filename=f,
+                repo_type="dataset",
+                revision=revision,
+                cache_dir=cache_dir,
+                local_dir=local_dir,
+            )
+        )
+        return got.parents[len(PurePosixPath(f).parts) - 1]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        folders = set(pool.map(one, files))
+    if len(folders) != 1:
+        raise RuntimeError(f"files of {repo_id} landed in several folders: {sorted(folders)}")
+    return folders.pop()
 
 
 def _offline_fix(repo_id: str, revision: str | None) -> str:
@@ -196,6 +244,46 @@ def _cache_folder(repo_id: str, cache_dir: str | Path | None) -> str:
     return str(Path(base) / ("datasets--" + repo_id.replace("/", "--")))
 
 
+@contextmanager
+def _hub_errors(repo_id: str, revision: str | None, offline: bool, cache: str) -> Iterator[None]:
+    """Turn the huggingface_hub errors users meet into robo_resume errors (others propagate)."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = _hub_error(exc, repo_id, revision, offline, cache)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def _check_files(
+    folder: Path,
+    files: Sequence[str],
+    selected: Sequence[int],
+    repo_id: str,
+    *,
+    offline: bool,
+    revision: str | None,
+) -> None:
+    missing = [f for f in files if not (folder / f).is_file()]
+    if not missing:
+        return
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    raise MissingFileError(
+        describe(
+            f"{len(missing)} of the {len(files)} data/video files of the {len(selected)} "
+            f"selected episodes of {repo_id!r} are missing"
+            + (" from the local cache (offline mode is on)" if offline else " after download"),
+            expected=f"the selected episodes' files under {folder}",
+            found=f"missing {shown}",
+            fix=_offline_fix(repo_id, revision)
+            if offline
+            else "the Hub snapshot lacks files its metadata points to: check the dataset "
+            "repo, or select other episodes",
+        )
+    )
+
+
 def resolve_dataset(
     repo_id: str | None = None,
     *,
@@ -235,25 +323,18 @@ def resolve_dataset(
     offline = bool(local_files_only) or _hub_offline()
     download = _download or _snapshot_download
     cache = str(local_dir) if local_dir is not None else _cache_folder(repo_id, cache_dir)
+    where = dict(cache_dir=cache_dir, local_dir=local_dir)
 
-    def fetch(rev: str | None, patterns: Sequence[str]) -> Path:
-        try:
-            got = download(
+    with _hub_errors(repo_id, revision, offline, cache):
+        folder = Path(
+            download(
                 repo_id,
-                revision=rev,
-                allow_patterns=list(patterns),
-                cache_dir=cache_dir,
-                local_dir=local_dir,
+                revision=revision,
+                allow_patterns=list(META_PATTERNS),
                 local_files_only=offline,
+                **where,
             )
-        except Exception as exc:
-            mapped = _hub_error(exc, repo_id, rev, offline, cache)
-            if mapped is None:
-                raise
-            raise mapped from exc
-        return Path(got)
-
-    folder = fetch(revision, META_PATTERNS)
+        )
     if not (folder / "meta" / "info.json").is_file():
         raise MissingFileError(
             describe(
@@ -275,33 +356,29 @@ def resolve_dataset(
         # Same commit as the metadata: a push between the two calls cannot mix versions.
         pinned = folder.name if local_dir is None and _COMMIT.match(folder.name) else revision
         patterns = download_patterns(meta, selected)
+        one_by_one = _download is None and len(patterns) > MAX_PATTERNS
         logger.info(
-            "hub: %s@%s: fetching %d files of %d episodes (%d patterns)",
+            "hub: %s@%s: fetching %d files of %d episodes (%s)",
             repo_id,
             pinned,
-            len(files),
+            len(missing),
             len(selected),
-            len(patterns),
+            "one by one" if one_by_one else f"{len(patterns)} allow_patterns",
         )
-        folder = fetch(pinned, patterns)
-        missing = [f for f in files if not (folder / f).is_file()]
-    if missing:
-        shown = ", ".join(missing[:5]) + (
-            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        )
-        raise MissingFileError(
-            describe(
-                f"{len(missing)} of the {len(files)} data/video files of the {len(selected)} "
-                f"selected episodes of {repo_id!r} are missing"
-                + (" from the local cache (offline mode is on)" if offline else " after download"),
-                expected=f"the selected episodes' files under {folder}",
-                found=f"missing {shown}",
-                fix=_offline_fix(repo_id, revision)
-                if offline
-                else "the Hub snapshot lacks files its metadata points to: check the dataset "
-                "repo, or select other episodes",
-            )
-        )
+        with _hub_errors(repo_id, pinned, offline, cache):
+            if one_by_one:
+                folder = _hf_hub_download_files(repo_id, revision=pinned, files=missing, **where)
+            else:
+                folder = Path(
+                    download(
+                        repo_id,
+                        revision=pinned,
+                        allow_patterns=list(patterns),
+                        local_files_only=offline,
+                        **where,
+                    )
+                )
+    _check_files(folder, files, selected, repo_id, offline=offline, revision=revision)
     return folder, meta
 
 

@@ -196,6 +196,38 @@ def test_download_patterns_collapse_full_folders_and_escape(v30, v21):
     )
 
 
+def test_many_files_are_fetched_one_by_one(tmp_path, v21, monkeypatch):
+    """Past MAX_PATTERNS, hf_hub_download per file (snapshot_download's filter is quadratic)."""
+    import huggingface_hub
+
+    import robo_resume.hub
+
+    cache = tmp_path / "cache"
+    hub = FakeHub(v21.root, cache)
+    fetched = []
+
+    def fake_snapshot_download(repo_id, *, repo_type, **kw):
+        assert repo_type == "dataset"
+        return hub(repo_id, **kw)
+
+    def fake_hf_hub_download(repo_id, *, filename, repo_type, revision, cache_dir, local_dir):
+        assert (repo_type, revision, local_dir) == ("dataset", COMMIT, None)
+        fetched.append(filename)
+        return str(populate_cache(v21.root, Path(cache_dir), [filename]) / filename)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hf_hub_download)
+    monkeypatch.setattr(robo_resume.hub, "MAX_PATTERNS", 3)
+    meta = load_metadata(v21.root)
+    resolve_root(REPO_ID, episodes=[0, 1], cache_dir=cache)  # 4 files, 4 patterns
+    assert [c["allow_patterns"] for c in hub.calls] == [["meta/**"]]
+    assert sorted(fetched) == list(episode_files(meta, [0, 1]))
+    fetched.clear()
+    root = resolve_root(REPO_ID, episodes=[1, 2], cache_dir=cache)  # only episode 2 is new
+    assert sorted(fetched) == list(episode_files(meta, [2]))
+    assert LeRobotReader(root, episodes=[0, 1, 2]).num_episodes == 3
+
+
 def test_root_with_a_dataset_is_used_as_is(v30):
     assert resolve_root(REPO_ID, root=v30.root, _download=no_download) == v30.root
     assert resolve_root(root=v30.root, episodes=[0]) == v30.root
