@@ -2,7 +2,12 @@
 
 :func:`load_metadata` returns a :class:`DatasetMeta`: fps, features, cameras, tasks, stats and one
 :class:`EpisodeInfo` per episode saying where its rows and video frames live. Only metadata files
-are read (``meta/``); data and video files are opened later by the readers, which check them.
+are read (``meta/``); data and video files are opened later by the readers, which check them
+(:meth:`DatasetMeta.check_video_stream` compares an opened video with info.json).
+
+Load-time checks (cheap, no data or video file opened): supported version, required files and
+keys, valid JSON/parquet, fps and features, paths inside the root, at least one episode, no
+empty or duplicated episodes, and (v3.0) ``dataset_to_index - dataset_from_index == length``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 from ..errors import (
     CorruptFileError,
     DatasetFormatError,
+    MetadataMismatchError,
     MissingFileError,
     UnsupportedVersionError,
     describe,
@@ -133,6 +139,67 @@ class DatasetMeta:
         return tuple(
             k for k, v in self.features.items() if v.get("dtype") not in ("video", "image")
         )
+
+    def frame_size(self, camera: str) -> tuple[int, int] | None:
+        """``(height, width)`` of a camera's frames according to info.json (None if unknown)."""
+        ft = self.features.get(camera) or {}
+        shape, names = ft.get("shape"), ft.get("names")
+        if not isinstance(shape, list | tuple) or len(shape) != 3:
+            return None
+        if isinstance(names, list | tuple) and "height" in names and "width" in names:
+            return int(shape[names.index("height")]), int(shape[names.index("width")])
+        return int(shape[0]), int(shape[1])  # lerobot's (height, width, channels)
+
+    def check_video_stream(
+        self,
+        camera: str,
+        stream: Any,
+        *,
+        file: str | Path | None = None,
+        episode: int | None = None,
+    ) -> None:
+        """Compare an opened video with info.json; raise MetadataMismatchError if they differ.
+
+        ``stream`` is a :class:`~robo_resume.format.video.VideoStreamInfo` (``VideoReader.info()``,
+        which reads the open container's header: no decoding). Call it once per video file.
+
+        Rule: frames are decoded as the container has them (lerobot does the same), but a
+        container whose frame size differs from ``features[camera].shape`` is refused (models
+        are built from info.json's shapes; batches would not match them), and so is one whose
+        frame rate differs from ``fps`` (frames are looked up at ``from_timestamp +
+        timestamp``; at another rate that time shows other frames, silently).
+        """
+        size = self.frame_size(camera)
+        if size is not None and stream.height and stream.width:
+            if (stream.height, stream.width) != size:
+                raise MetadataMismatchError(
+                    describe(
+                        f"A video's frame size differs from meta/info.json for '{camera}'",
+                        expected=f"{size[0]}x{size[1]} (height x width, features['{camera}'] "
+                        "shape in meta/info.json)",
+                        found=f"{stream.height}x{stream.width} in the video container",
+                        file=file,
+                        episode=episode,
+                        fix=f"re-encode the video at {size[0]}x{size[1]}, or set the shape of "
+                        f"'{camera}' in meta/info.json to "
+                        f"[{stream.height}, {stream.width}, 3] if the video is right",
+                    )
+                )
+        fps = float(self.fps)
+        several = stream.num_frames == 0 or stream.num_frames >= 2  # 1 frame: no rate to speak of
+        if stream.fps and several and abs(stream.fps - fps) > 1e-3 * fps:
+            raise MetadataMismatchError(
+                describe(
+                    f"A video's frame rate differs from meta/info.json's fps for '{camera}'",
+                    expected=f"{fps:g} fps (meta/info.json)",
+                    found=f"{stream.fps:g} fps in the video container",
+                    file=file,
+                    episode=episode,
+                    fix="re-encode the video at the dataset's fps (frames are looked up by "
+                    "timestamp, so another rate returns other frames), or fix fps in "
+                    "meta/info.json if the video is right",
+                )
+            )
 
     def fingerprint(self) -> dict[str, Any]:
         """A small JSON-safe summary that changes when the dataset's content layout changes."""
@@ -255,6 +322,7 @@ def _load_info(root: Path) -> dict[str, Any]:
                 expected="an object with codebase_version, fps and features",
                 found=type(info).__name__,
                 file=info_path,
+                fix="restore meta/info.json from the published dataset",
             )
         )
     version = info.get("codebase_version")
@@ -291,6 +359,7 @@ def _load_info(root: Path) -> dict[str, Any]:
                 expected="a positive number",
                 found=repr(fps),
                 file=info_path,
+                fix="set fps in meta/info.json to the rate the dataset was recorded at",
             )
         )
     if not isinstance(info["features"], dict) or not info["features"]:
@@ -300,6 +369,7 @@ def _load_info(root: Path) -> dict[str, Any]:
                 expected="a non-empty object mapping feature names to {dtype, shape}",
                 found=repr(info["features"])[:120],
                 file=info_path,
+                fix="restore meta/info.json from the published dataset",
             )
         )
     return info
@@ -330,8 +400,10 @@ def load_metadata(root: str | Path) -> DatasetMeta:
                 expected="at least one episode in the episode metadata",
                 found="0 episodes",
                 file=root / "meta",
+                fix="download the dataset's meta/ folder again",
             )
         )
+    _check_unique(root, episodes)
     for ep in episodes:
         if ep.length <= 0:
             raise DatasetFormatError(
@@ -356,6 +428,23 @@ def load_metadata(root: str | Path) -> DatasetMeta:
         info=info,
         stats=stats,
     )
+
+
+def _check_unique(root: Path, episodes: list[EpisodeInfo]) -> None:
+    idx = np.fromiter((e.episode_index for e in episodes), dtype=np.int64, count=len(episodes))
+    dup = np.flatnonzero(idx[1:] == idx[:-1])  # episodes are sorted by episode_index
+    if dup.size:
+        e = int(idx[dup[0]])
+        raise DatasetFormatError(
+            describe(
+                "An episode appears twice in the episode metadata",
+                expected="each episode_index once",
+                found=f"episode_index {e} twice",
+                file=root / "meta",
+                episode=e,
+                fix="download the dataset's meta/ folder again",
+            )
+        )
 
 
 def _load_v30(
@@ -409,9 +498,26 @@ def _load_v30(
                     fix="convert the dataset with lerobot's v3.0 conversion script",
                 )
             )
-        cols = [*need, "tasks"] if "tasks" in schema.names else need
+        cols = need + [c for c in ("tasks", "dataset_to_index") if c in schema.names]
         frames.append(pd.read_parquet(f, columns=cols))
     df = pd.concat(frames, ignore_index=True).sort_values("episode_index", kind="stable")
+    if "dataset_to_index" in df.columns and not df["dataset_to_index"].isna().any():
+        spans = df["dataset_to_index"].to_numpy() - df["dataset_from_index"].to_numpy()
+        bad = np.flatnonzero(spans != df["length"].to_numpy())
+        if bad.size:
+            r = df.iloc[int(bad[0])]
+            raise MetadataMismatchError(
+                describe(
+                    "Episode metadata disagrees with itself",
+                    expected="dataset_to_index - dataset_from_index == length "
+                    f"({int(r['length'])})",
+                    found=f"dataset_from_index {int(r['dataset_from_index'])}, "
+                    f"dataset_to_index {int(r['dataset_to_index'])}",
+                    file=ep_dir,
+                    episode=int(r["episode_index"]),
+                    fix="download the dataset's meta/ folder again",
+                )
+            )
 
     data_tpl = info.get("data_path")
     video_tpl = info.get("video_path")
@@ -423,6 +529,7 @@ def _load_v30(
                 '"data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"',
                 found="none",
                 file=root / "meta" / "info.json",
+                fix="restore meta/info.json from the published dataset",
             )
         )
     if camera_keys and not video_tpl:
@@ -432,6 +539,7 @@ def _load_v30(
                 expected="a video_path template",
                 found=f"video features {list(camera_keys)}",
                 file=root / "meta" / "info.json",
+                fix="restore meta/info.json from the published dataset",
             )
         )
 
@@ -500,6 +608,7 @@ def _load_v30(
                 expected="a parquet table indexed by task string with a task_index column",
                 found=f"{type(exc).__name__}: {exc}",
                 file=tasks_path,
+                fix="download the dataset's meta/ folder again",
             )
         ) from exc
     if "task_index" not in tdf.columns:
@@ -509,6 +618,7 @@ def _load_v30(
                 expected="columns ['task_index'] with the task string as index",
                 found=f"columns {list(tdf.columns)}",
                 file=tasks_path,
+                fix="download the dataset's meta/ folder again",
             )
         )
     task_strings = tdf.index if "task" not in tdf.columns else tdf["task"]
@@ -528,6 +638,7 @@ def _tasks_tuple(pairs: Any, path: Path) -> tuple[str, ...]:
                 expected=f"task_index values 0..{n - 1}",
                 found=sorted(mapping)[:20],
                 file=path,
+                fix="download the dataset's meta/ folder again",
             )
         )
     return tuple(mapping[i] for i in range(n))
@@ -561,6 +672,7 @@ def _load_v21(
                     expected='{"episode_index": int, "tasks": [...], "length": int}',
                     found=r,
                     file=ep_path,
+                    fix="download the dataset's meta/ folder again",
                 )
             )
         ep = int(r["episode_index"])
@@ -594,5 +706,16 @@ def _load_v21(
         start += length
     tasks_path = root / "meta" / "tasks.jsonl"
     trows = _read_jsonl(tasks_path)
+    bad = [t for t in trows if not isinstance(t, dict) or "task_index" not in t or "task" not in t]
+    if bad:
+        raise DatasetFormatError(
+            describe(
+                "An entry of meta/tasks.jsonl lacks task_index or task",
+                expected='{"task_index": int, "task": str}',
+                found=bad[0],
+                file=tasks_path,
+                fix="download the dataset's meta/ folder again",
+            )
+        )
     tasks = _tasks_tuple(((int(t["task_index"]), str(t["task"])) for t in trows), tasks_path)
     return episodes, tasks

@@ -3,13 +3,23 @@
 :class:`ParquetTable` opens one data file lazily, remembers its row-group layout, and reads a row
 range by decoding only the row groups that overlap it. Columns come back as numpy arrays with one
 row per frame (vectors as 2-D arrays), the shape the item builder stacks into tensors.
+
+Checks (cheap: once per file, or vectorised over the rows read):
+
+- every requested column holds numbers, booleans or lists of them (not strings, structs, ...);
+  with ``features`` (info.json's), their kind also matches the declared dtype (a float column
+  where ``int64`` is declared, or the reverse, is refused: items would silently change dtype);
+- ``timestamp`` strictly increases inside each episode of the rows read; with ``fps``, it also
+  equals ``frame_index / fps`` within ``tolerance_s``, since video frames are looked up at that
+  time (a shifted timestamp would return a neighbouring frame, silently).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,23 +55,70 @@ def column_to_numpy(column, *, name: str, file: Path) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False)
 
 
+_KINDS = {"float": "f", "int": "iu", "uint": "iu", "bool": "b"}
+
+
+def _declared_kind(dtype: Any) -> str | None:
+    """numpy kinds a LeRobot feature dtype allows (None: not checked, e.g. strings)."""
+    d = str(dtype)
+    for prefix, kinds in _KINDS.items():
+        if d.startswith(prefix):
+            return kinds
+    return None
+
+
+def _arrow_kind(t) -> str | None:
+    """numpy kind of an arrow column type (lists: of their values); None when not numeric."""
+    import pyarrow as pa
+
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    if pa.types.is_floating(t):
+        return "f"
+    if pa.types.is_integer(t):
+        return "i"
+    if pa.types.is_boolean(t):
+        return "b"
+    return None
+
+
 class ParquetTable:
     """Lazy reader of one parquet file; ``read(start, stop, columns)`` returns numpy columns.
 
+    Args:
+        path: the parquet file.
+        fps: the dataset's fps; when given, ``timestamp`` must equal ``frame_index / fps``
+            within ``tolerance_s`` (pass it when timestamps index video frames).
+        tolerance_s: see ``fps`` (lerobot's default 1e-4 s).
+        features: info.json's features; when given, column kinds must match their dtypes.
+
     Not thread-safe; cheap to construct (the footer is read on first use). Picklable before
-    first use, so it can be created in the main process and used in DataLoader workers.
+    first use, so it can be created in the main process and used in DataLoader workers. See the
+    module docstring for the checks.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fps: float | None = None,
+        tolerance_s: float = 1e-4,
+        features: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self.path = Path(path)
+        self.fps = fps
+        self.tolerance_s = tolerance_s
+        self.features = features
         self._file = None
         self._rg_starts: list[int] = []
+        self._typed: set[str] = set()  # columns whose type was checked
         self.num_rows = -1
         self.columns: tuple[str, ...] = ()
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_file"] = None
+        state["_typed"] = set()
         return state
 
     def _open(self, episode: int | None = None):
@@ -136,6 +193,9 @@ class ParquetTable:
                     fix="the file does not match meta/info.json; download the dataset again",
                 )
             )
+        unchecked = [c for c in columns if c not in self._typed]
+        if unchecked:
+            self._check_types(unchecked, episode)
         if stop > self.num_rows or start < 0:
             self.check_rows(stop, episode=episode if episode is not None else -1)
         first = bisect.bisect_right(self._rg_starts, start) - 1
@@ -156,4 +216,85 @@ class ParquetTable:
             ) from exc
         base = self._rg_starts[groups[0]] if groups else 0
         table = table.slice(start - base, stop - start)
-        return {c: column_to_numpy(table.column(c), name=c, file=self.path) for c in columns}
+        out = {c: column_to_numpy(table.column(c), name=c, file=self.path) for c in columns}
+        if "timestamp" in out:
+            self._check_timestamps(out, episode, start)
+        return out
+
+    def _check_types(self, columns: Sequence[str], episode: int | None) -> None:
+        """Refuse non-numeric columns, and kinds that contradict info.json (once per column)."""
+        schema = self._file.schema_arrow
+        for c in columns:
+            t = schema.field(c).type
+            kind = _arrow_kind(t)
+            feature = (self.features or {}).get(c) or {}
+            declared = _declared_kind(feature.get("dtype"))
+            if kind is None and str(feature.get("dtype")) == "string":
+                self._typed.add(c)  # a declared string feature: not ours to refuse
+                continue
+            if kind is None or (declared is not None and kind not in declared):
+                dtype = feature.get("dtype")
+                raise CorruptFileError(
+                    describe(
+                        f"A data file's column '{c}' has the wrong type",
+                        expected=f"{dtype} values (meta/info.json)"
+                        if dtype
+                        else "numbers, booleans or lists of them",
+                        found=f"arrow type {t}",
+                        file=self.path,
+                        episode=episode,
+                        fix="the file does not match meta/info.json; download it again or "
+                        f"rewrite column '{c}' with the declared dtype",
+                    )
+                )
+            self._typed.add(c)
+
+    def _check_timestamps(
+        self, out: Mapping[str, np.ndarray], episode: int | None, start: int
+    ) -> None:
+        """Vectorised: timestamps increase inside each episode (and match frame_index / fps)."""
+        ts = np.asarray(out["timestamp"], dtype=np.float64).reshape(len(out["timestamp"]), -1)[:, 0]
+        if len(ts) == 0:
+            return
+        frames = out.get("frame_index")
+        eps = out.get("episode_index")
+        frame_of = (lambda k: int(np.ravel(frames[k])[0])) if frames is not None else None
+        episode_of = (lambda k: int(np.ravel(eps[k])[0])) if eps is not None else lambda k: episode
+        same = np.ones(len(ts) - 1, dtype=bool)
+        if eps is not None:
+            e = np.asarray(eps).reshape(len(ts), -1)[:, 0]
+            same = e[1:] == e[:-1]
+        bad = np.flatnonzero(same & ~(np.diff(ts) > 0))
+        if bad.size:
+            k = int(bad[0]) + 1
+            raise CorruptFileError(
+                describe(
+                    "A data file's timestamps do not increase within an episode",
+                    expected=f"timestamp > {ts[k - 1]:.6f} (the previous row's)",
+                    found=f"timestamp {ts[k]:.6f} at row {start + k}",
+                    file=self.path,
+                    episode=episode_of(k),
+                    frame=frame_of(k) if frame_of else None,
+                    fix="the timestamp column is damaged; download the file again or rewrite "
+                    "timestamp as frame_index / fps",
+                )
+            )
+        if self.fps and frames is not None:
+            fi = np.asarray(frames, dtype=np.float64).reshape(len(ts), -1)[:, 0]
+            off = np.abs(ts - fi / self.fps)
+            bad = np.flatnonzero(off > self.tolerance_s)
+            if bad.size:
+                k = int(bad[0])
+                raise CorruptFileError(
+                    describe(
+                        "A data file's timestamp disagrees with frame_index / fps",
+                        expected=f"timestamp {fi[k] / self.fps:.6f} "
+                        f"(frame_index {int(fi[k])} / fps {self.fps}, within {self.tolerance_s} s)",
+                        found=f"timestamp {ts[k]:.6f} at row {start + k}",
+                        file=self.path,
+                        episode=episode_of(k),
+                        frame=int(fi[k]),
+                        fix="video frames are looked up at timestamp; rewrite timestamp as "
+                        "frame_index / fps, or check the fps in meta/info.json",
+                    )
+                )
