@@ -121,7 +121,7 @@ def _import_hub() -> Any:
             describe(
                 "Reading a dataset from the Hugging Face Hub needs huggingface_hub",
                 expected="the huggingface_hub package",
-                found=f"{type(exc).__name__}: {exc}",
+                found=f"{type(exc).__name__}: {str(exc).rstrip('.')}",
                 fix="pip install huggingface_hub (or robo_resume[lerobot]), or pass root= a "
                 "local copy of the dataset",
             )
@@ -202,7 +202,7 @@ def _hub_error(
                 f"The dataset {repo_id!r} (revision {rev!r}) is not in the local Hugging Face "
                 "cache" + (" and offline mode is on" if offline else " and the Hub is unreachable"),
                 expected=f"a snapshot under {cache}",
-                found=f"{type(exc).__name__}: {exc}",
+                found=f"{type(exc).__name__}: {str(exc).rstrip('.')}",
                 fix=_offline_fix(repo_id, revision)
                 if offline
                 else "check the network connection (and HF_ENDPOINT), then run again",
@@ -213,7 +213,7 @@ def _hub_error(
             describe(
                 f"The dataset {repo_id!r} has no revision {rev!r} on the Hub",
                 expected="a branch, tag or commit of the dataset repo",
-                found=f"{type(exc).__name__}: {exc}",
+                found=f"{type(exc).__name__}: {str(exc).rstrip('.')}",
                 fix="pass an existing revision (e.g. 'main', or a version tag such as 'v3.0' "
                 "or 'v2.1' for LeRobot datasets)",
             )
@@ -223,7 +223,7 @@ def _hub_error(
             describe(
                 f"The Hub has no dataset repo {repo_id!r} that this account can read",
                 expected="an existing dataset repo id 'owner/name'",
-                found=f"{type(exc).__name__}: {exc}",
+                found=f"{type(exc).__name__}: {str(exc).rstrip('.')}",
                 fix="check the repo id and that it is a dataset (not a model) repo; for private "
                 "or gated datasets log in with `huggingface-cli login` (and accept the terms)",
             )

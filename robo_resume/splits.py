@@ -11,8 +11,8 @@ HF datasets' split strings (``datasets.load_dataset(..., split="train[:90%]")``)
   ``"[10:20]"``. ``train`` means all episodes when info.json has no ``splits``.
 - Bounds are positions in that split's episodes sorted by index (equal to episode indices when
   they are ``0..N-1``), optional and possibly negative (counted from the end), clamped to the
-  split like Python slices. Either both bounds are percentages or neither is; a percentage may
-  have decimals (``"[:12.5%]"``).
+  split like Python slices. When both bounds are given, both are percentages or neither is; a
+  percentage may have decimals (``"[:12.5%]"``) and lies within -100..100.
 - A percentage boundary is ``round(pct * n / 100)`` with ties to even: the ``closest`` rounding
   of HF datasets (an optional ``(closest)`` suffix is accepted). Two complementary slices
   (``"train[:90%]"`` and ``"train[90%:]"``) therefore share their boundary: they are disjoint
@@ -33,8 +33,13 @@ HF datasets' split strings (``datasets.load_dataset(..., split="train[:90%]")``)
   same in every process, on every machine, and across numpy versions. ``shuffle=False`` cuts
   the episodes in index order instead.
 
-A selected part is a tuple of episode indices; :class:`~robo_resume.ChunkedEpisodeDataset`
-hashes it into its fingerprint, so a resume state refuses a different selection.
+  The split depends on the set of episode indices: a dataset that gains episodes gets new
+  part sizes and cut points, so pin the dataset revision (or save the indices) to keep a
+  validation set fixed.
+
+:func:`select_episodes` resolves any ``episodes=`` value (None, indices, a slice string, a
+``Split``) to a sorted tuple of episode indices. :class:`~robo_resume.ChunkedEpisodeDataset`
+hashes that tuple into its fingerprint, so a resume state refuses a different selection.
 """
 
 from __future__ import annotations
@@ -83,7 +88,6 @@ _PART_RE = re.compile(
     \s*$""",
     re.VERBOSE,
 )
-_MASK = (1 << 64) - 1
 
 
 # --------------------------------------------------------------------------- seeded splits
