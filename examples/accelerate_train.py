@@ -5,7 +5,10 @@ on its DataLoader breaks it either way: by default (``dispatch_batches=True`` fo
 datasets) rank 0 reads every batch and scatters it, which fails on the ``task`` strings and
 ignores the other ranks' streams; with ``dispatch_batches=False`` accelerate wraps it in
 ``IterableDatasetShard``, so each rank keeps only part of its own stream and frames are lost.
-So: ``accelerator.prepare(model, optimizer)`` only, and move batches with ``send_to_device``.
+(``ds.dataloader()`` yields whole batches, ``batch_size=None``, which accelerate's shard
+refuses with a TypeError; a plain item DataLoader over the dataset is silently re-sharded,
+which ``--prepare-loader`` shows.) So: ``accelerator.prepare(model, optimizer)`` only, and
+move batches with ``send_to_device``.
 
     torchrun --standalone --nproc_per_node=2 examples/accelerate_train.py --workdir /tmp/acc
     torchrun ... examples/accelerate_train.py --workdir /tmp/acc --prepare-loader   # the mistake
@@ -40,7 +43,10 @@ def main(argv=None) -> None:
     accelerator.wait_for_everyone()
 
     ds = ChunkedEpisodeDataset(root, batch_size=4, seed=0, chunk_frames=16)  # rank-aware
-    loader = ds.dataloader(num_workers=1)
+    if a.prepare_loader:  # a plain item DataLoader, as a user might build it
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1)
+    else:
+        loader = ds.dataloader(num_workers=1)
     model = TinyPolicy(4, 3, 1)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model, opt = accelerator.prepare(model, opt)  # NOT the loader

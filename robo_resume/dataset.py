@@ -17,10 +17,11 @@ forget.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,9 +33,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .errors import ResumeStateError, describe
 from .format.metadata import DatasetMeta, load_metadata
 from .format.video import VideoReader
+from .hub import resolve_dataset
 from .items import ItemBuilder, ItemOptions
 from .plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
-from .reader import select_episodes
 from .schedule import (
     Group,
     Schedule,
@@ -43,6 +44,7 @@ from .schedule import (
     resume_point,
     worker_batches_done,
 )
+from .splits import EpisodeSelection, select_episodes
 from .state import ResumeState, StreamCursor
 
 if TYPE_CHECKING:
@@ -97,15 +99,26 @@ class ChunkedEpisodeDataset(IterableDataset):
     """Stream a LeRobot dataset (v3.0 or v2.1) in shuffled chunks with exact resume.
 
     Args:
-        root: dataset folder (holding ``meta/``).
+        root: dataset folder (holding ``meta/``). With ``repo_id``, a folder without
+            ``meta/`` is where the Hub download goes (instead of the huggingface_hub cache).
+        repo_id: ``"owner/name"`` of a dataset on the Hugging Face Hub, used when ``root`` is
+            None or holds no dataset: the metadata and only the selected episodes' files are
+            downloaded (or found in the cache; offline with ``HF_HUB_OFFLINE=1``). See
+            :func:`robo_resume.hub.resolve_root`.
+        revision: Hub branch, tag (e.g. "v3.0", "v2.1") or commit; None: the default branch.
         batch_size: the DataLoader's batch size (the schedule works per batch). Use
             :meth:`dataloader` to build a matching DataLoader.
         seed: base seed; the order is a pure function of (seed, epoch, topology).
         resume_step: samples this rank's loader had delivered, ``step * batch_size``.
         resume_state: a state from :meth:`CursorTracker.state_dict` (or the dataset's own
             :meth:`state_dict`); takes precedence over ``resume_step``.
+        resume_strict: False logs fingerprint mismatches between ``resume_state`` and this
+            dataset as warnings instead of raising (an explicit escape hatch: resuming a state
+            made for other data or options can replay or lose frames).
         chunk_frames: maximum frames per chunk (contiguous frames of one episode).
-        episodes: episode indices to use (``index`` values stay absolute).
+        episodes: episode indices to use (``index`` values stay absolute), a slice string by
+            position such as ``"train[:90%]"``, or a seeded :class:`~robo_resume.splits.Split`
+            (see :mod:`robo_resume.splits`); the resolved indices are in the fingerprint.
         delta_timestamps, image_transforms, image_dtype: as in :class:`LeRobotReader`.
         drop_last: make every stream's epoch a whole number of batches (pass the same value to
             the DataLoader; :meth:`dataloader` does).
@@ -119,14 +132,17 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     def __init__(
         self,
-        root: str | Path,
+        root: str | Path | None = None,
         *,
+        repo_id: str | None = None,
+        revision: str | None = None,
         batch_size: int,
         seed: int = 0,
         resume_step: int = 0,
         resume_state: Mapping[str, Any] | ResumeState | None = None,
+        resume_strict: bool = True,
         chunk_frames: int = 64,
-        episodes: Iterable[int] | None = None,
+        episodes: EpisodeSelection = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
@@ -152,6 +168,8 @@ class ChunkedEpisodeDataset(IterableDataset):
                 )
             )
         self.tuning = tuning or StreamTuning()
+        if meta is None and (repo_id is not None or root is None):
+            root, meta = resolve_dataset(repo_id, root=root, revision=revision, episodes=episodes)
         self.meta = meta if meta is not None else load_metadata(root)
         self.episodes = select_episodes(self.meta, episodes)
         self.batch_size = batch_size
@@ -201,7 +219,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         self.resume_state = None
         if resume_state is not None:
             self.resume_state = ResumeState.from_dict(resume_state)
-            self.resume_state.check_fingerprint(self.fingerprint)
+            self.resume_state.check_fingerprint(self.fingerprint, strict=resume_strict)
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
         self._schedules: dict[int, Schedule] = {}
@@ -323,6 +341,19 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     # -- torch protocol ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        """This worker's stream, one item per frame (for a DataLoader with ``batch_size``)."""
+        return self._generate(*self._start_stream())
+
+    def iter_batches(self, *, image_dtype: str | None = None) -> Iterator[dict[str, Any]]:
+        """This worker's stream as whole batches, equal to ``default_collate`` of the items.
+
+        What :meth:`dataloader` uses (with ``batch_size=None``): the batches a DataLoader with
+        ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
+        by item and collated, which is several times cheaper per frame.
+        """
+        return self._generate_batches(*self._start_stream(), image_dtype=image_dtype)
+
+    def _start_stream(self):
         info = get_worker_info()
         num_workers = info.num_workers if info is not None else 0
         worker = info.id if info is not None else 0
@@ -349,7 +380,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
         if resumed:
             self._log_resume(sched, stream, epoch, position)
-        return self._generate(sched, stream, role, num_workers, epoch, position, slot)
+        return sched, stream, role, num_workers, epoch, position, slot
 
     def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
         if position >= sched.frames_per_stream:
@@ -370,19 +401,69 @@ class ChunkedEpisodeDataset(IterableDataset):
         )
 
     def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
+        """Items of the stream from ``(epoch, position)``, one dict per frame."""
+        live = self._live
+        blocks = self._blocks(
+            sched, stream, role, num_workers, epoch, position, slot, lambda: 1 << 30
+        )
+        for block in blocks:
+            if not block.size:
+                continue
+            with _torch_threads():
+                cols = self.items.finish(_assemble([block]))
+            for i, cursor in enumerate(block.cursor.tolist()):
+                live["epoch"], live["position"] = cursor[3], cursor[4]
+                yield {k: v[i] for k, v in cols.items()}
+
+    def _generate_batches(
+        self, sched, stream, role, num_workers, epoch, position, slot, image_dtype=None
+    ):
+        """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
+
+        A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
+        are cut at those places, and a batch is assembled once from its blocks (a short last
+        batch is dropped with drop_last). The result equals ``default_collate`` of the items.
+        """
+        b = self.batch_size
+        pending: list[_Block] = []
+        have = 0
+        blocks = self._blocks(
+            sched, stream, role, num_workers, epoch, position, slot, lambda: b - have
+        )
+        for block in blocks:
+            if block.size:
+                pending.append(block)
+                have += block.size
+            if have == b or (have and not block.size and not self.drop_last):
+                last = pending[-1].cursor[-1].tolist()
+                self._live["epoch"], self._live["position"] = last[3], last[4]
+                with _torch_threads():
+                    batch = self.items.finish(
+                        _assemble(pending), image_dtype=image_dtype, shared=_in_worker()
+                    )
+                pending, have = [], 0
+                yield batch
+
+    def _blocks(self, sched, stream, role, num_workers, epoch, position, slot, room):
+        """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
+
+        ``room()`` is the largest block the consumer wants next (blocks never cross it).
+        """
         q = sched.frames_per_stream
         while True:
             slot[0] = epoch + 1
             if position < q:
                 for group, offset in sched.iter_groups(epoch, stream, position):
-                    yield from self._read_group(group, offset, role, num_workers, epoch)
+                    yield from self._read_group(group, offset, role, num_workers, epoch, room)
             if not self.infinite:
+                yield _Block(0, [], np.zeros((0, 5), dtype=np.int64))
                 return
             epoch, position = epoch + 1, 0
 
     def _read_group(
-        self, group: Group, offset: int, role: int, num_workers: int, epoch: int
-    ) -> Iterator[dict[str, Any]]:
+        self, group: Group, offset: int, role: int, num_workers: int, epoch: int, room
+    ) -> Iterator[_Block]:
+        """Blocks of the group's frames from ``offset`` on (numpy parts, emission order)."""
         segs = group.segments
         k = len(segs)
         order = group.order
@@ -391,32 +472,32 @@ class ChunkedEpisodeDataset(IterableDataset):
             nxt[j] += int(c)
         readers: list[Any] = [None] * k
         position = group.position + offset
-        block = self.tuning.block_frames * k
-        head = torch.tensor([self.rank, role, num_workers, epoch], dtype=torch.int64)
-        live = self._live
+        most = self.tuning.block_frames * k
+        head = np.array([self.rank, role, num_workers, epoch], dtype=np.int64)
         try:
             i = offset
             while i < len(order):
-                labels = order[i : i + block]
-                counts = np.bincount(labels, minlength=k)
-                made: list[list[dict[str, Any]]] = [[] for _ in range(k)]
-                for j in np.flatnonzero(counts):
+                labels = order[i : i + min(most, room())]
+                n = len(labels)
+                parts = []
+                for j in np.unique(labels).tolist():
                     if readers[j] is None:
                         seg = segs[j]
                         readers[j] = self.items.episode_reader(seg.episode_index, nxt[j], seg.stop)
-                    made[j] = readers[j].items(range(nxt[j], nxt[j] + int(counts[j])))
-                    nxt[j] += int(counts[j])
+                    rows = np.flatnonzero(labels == j)
+                    c = len(rows)
+                    raw = readers[j].raw(range(nxt[j], nxt[j] + c))
+                    parts.append((raw, None if c == n else rows))
+                    nxt[j] += c
                     if nxt[j] >= segs[j].stop:
                         readers[j].close()
-                ptr = [0] * k
-                for j in labels.tolist():
-                    item = made[j][ptr[j]]
-                    ptr[j] += 1
-                    position += 1
-                    item[CURSOR_KEY] = torch.cat((head, torch.tensor([position])))
-                    live["position"] = position
-                    yield item
-                i += len(labels)
+                        readers[j] = None
+                cursor = np.empty((n, 5), dtype=np.int64)
+                cursor[:, :4] = head
+                cursor[:, 4] = np.arange(position + 1, position + n + 1)
+                position += n
+                i += n
+                yield _Block(n, parts, cursor)
         finally:
             for r in readers:
                 if r is not None:
@@ -447,7 +528,13 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     # -- helpers -------------------------------------------------------------------------------
     def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
-        """A ``torch.utils.data.DataLoader`` with this dataset's batch size and drop_last.
+        """A DataLoader (:class:`BatchLoader`) yielding this dataset's batches.
+
+        The batches are what ``DataLoader(self, batch_size=self.batch_size,
+        drop_last=self.drop_last)`` would yield, built whole in the workers (see
+        :meth:`iter_batches`); with workers and float32 images, images cross to the main
+        process as uint8 and are converted there (not with ``pin_memory=True``, where the
+        worker converts). Passing ``collate_fn`` gives a plain item DataLoader instead.
 
         Workers start with torch's default method (fork on Linux) unless
         ``multiprocessing_context`` is given or :data:`WORKER_START_METHOD` is set. If the
@@ -467,10 +554,25 @@ class ChunkedEpisodeDataset(IterableDataset):
                 )
         if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
             kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
-        return torch.utils.data.DataLoader(
-            self,
-            batch_size=self.batch_size,
-            drop_last=self.drop_last,
+        if "collate_fn" in kwargs:  # the user collates items: hand them items
+            return torch.utils.data.DataLoader(
+                self,
+                batch_size=self.batch_size,
+                drop_last=self.drop_last,
+                num_workers=num_workers,
+                **kwargs,
+            )
+        float_keys: tuple[str, ...] = ()
+        if (
+            num_workers > 0
+            and self.items.options.image_dtype == "float32"
+            and self.items.options.image_transforms is None
+            and not kwargs.get("pin_memory", False)
+        ):
+            float_keys = tuple(self.meta.camera_keys)
+        return BatchLoader(
+            _Batches(self, "uint8" if float_keys else None),
+            float_keys=float_keys,
             num_workers=num_workers,
             **kwargs,
         )
@@ -487,6 +589,95 @@ class ChunkedEpisodeDataset(IterableDataset):
             f"chunks={len(self.chunks)}, batch_size={self.batch_size}, seed={self.seed}, "
             f"rank={self.rank}/{self.world_size}, mode={'infinite' if self.infinite else 'epoch'})"
         )
+
+
+class _Batches(IterableDataset):
+    """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
+
+    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.image_dtype = image_dtype
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.dataset.iter_batches(image_dtype=self.image_dtype)
+
+
+class BatchLoader(torch.utils.data.DataLoader):
+    """The DataLoader :meth:`ChunkedEpisodeDataset.dataloader` returns.
+
+    Its dataset yields whole batches (``batch_size=None``). When ``float_keys`` is not empty,
+    workers send those camera tensors as uint8 (4x fewer bytes between processes) and this
+    loader's iterator converts them to float32 in [0, 1] in the main process, the same values
+    as converting in the worker.
+    """
+
+    def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
+        self.float_keys = tuple(float_keys)
+        super().__init__(dataset, batch_size=None, **kwargs)
+
+    def __iter__(self):
+        it = super().__iter__()
+        return _to_float(it, self.float_keys) if self.float_keys else it
+
+
+def _to_float(it: Iterator[dict[str, Any]], keys: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    for batch in it:
+        for k in keys:
+            batch[k] = batch[k].to(torch.float32).div_(255)
+        yield batch
+
+
+@dataclass
+class _Block:
+    """``size`` consecutive frames of a stream: numpy parts, each with its rows in the block
+    (None: all rows), and the cursors ``(size, 5)``. An empty block marks the stream's end."""
+
+    size: int
+    parts: list[tuple[dict[str, np.ndarray], np.ndarray | None]]
+    cursor: np.ndarray
+
+
+def _in_worker() -> bool:
+    return get_worker_info() is not None
+
+
+@contextlib.contextmanager
+def _torch_threads():
+    """One torch thread while building a batch in the main process (no-op in workers).
+
+    The per-batch conversions are small memory-bound copies: with several torch threads on a
+    busy machine they run several times slower than with one. The caller's setting is restored.
+    """
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _assemble(blocks: list[_Block]) -> dict[str, np.ndarray]:
+    """Numpy columns of consecutive blocks, each value copied once into place."""
+    total = sum(b.size for b in blocks)
+    if len(blocks) == 1 and len(blocks[0].parts) == 1:
+        out = dict(blocks[0].parts[0][0])
+        out[CURSOR_KEY] = blocks[0].cursor
+        return out
+    first = blocks[0].parts[0][0]
+    out = {k: np.empty((total, *v.shape[1:]), dtype=v.dtype) for k, v in first.items()}
+    at = 0
+    for blk in blocks:
+        for raw, rows in blk.parts:
+            dest = slice(at, at + blk.size) if rows is None else rows + at
+            for k, v in raw.items():
+                out[k][dest] = v
+        at += blk.size
+    out[CURSOR_KEY] = np.concatenate([b.cursor for b in blocks])
+    return out
 
 
 def worker_context(method: str = "forkserver"):

@@ -10,8 +10,10 @@ decoder per camera open, so a range is built with one parquet read and one seek 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,9 +24,11 @@ from .format.metadata import DatasetMeta, EpisodeInfo
 from .format.tabular import ParquetTable
 from .format.video import VideoReader
 
-__all__ = ["EpisodeRangeReader", "ItemBuilder", "ItemOptions"]
+__all__ = ["EpisodeRangeReader", "ItemBuilder", "ItemOptions", "unbind"]
 
 IMAGE_DTYPES = ("float32", "uint8")
+IDLE_DECODERS = 8
+"""Open decoders an :class:`ItemBuilder` keeps for reuse (a few MB each at most)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,17 @@ def delta_indices(
     return out
 
 
+def _empty(shape: torch.Size, dtype: torch.dtype, shared: bool) -> torch.Tensor:
+    """An uninitialised tensor, in shared memory when ``shared`` (as default_collate does)."""
+    if not shared:
+        return torch.empty(shape, dtype=dtype)
+    numel = 1
+    for d in shape:
+        numel *= d
+    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(numel)
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
 def _to_tensor(values: np.ndarray) -> torch.Tensor:
     """numpy -> torch with lerobot's dtypes: floats float32, integers int64, bools bool."""
     if values.dtype.kind == "f":
@@ -119,12 +134,15 @@ class ItemBuilder:
         self.options = options or ItemOptions()
         self.delta = delta_indices(self.options.delta_timestamps, meta, self.options.tolerance_s)
         self.columns = meta.data_columns()
+        self._cameras = frozenset(meta.camera_keys)
         self._tables: dict[str, ParquetTable] = {}
+        self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
         rows: dict[str, int] = {}
         for ep in meta.episodes:
             rows[ep.data_path] = rows.get(ep.data_path, 0) + ep.length
         self._file_rows = rows
         self._checked: set[str] = set()
+        self._videos_checked: set[str] = set()
         d = self.delta or {}
         lo = [int(v.min()) for v in d.values()]
         hi = [int(v.max()) for v in d.values()]
@@ -134,14 +152,21 @@ class ItemBuilder:
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_tables"] = {}
+        state["_idle"] = OrderedDict()
         state["_checked"] = set()
+        state["_videos_checked"] = set()
         return state
 
     def table(self, ep: EpisodeInfo) -> ParquetTable:
         """The (cached) parquet table holding ``ep``'s rows, its row count checked once."""
         t = self._tables.get(ep.data_path)
         if t is None:
-            t = ParquetTable(self.meta.root / ep.data_path)
+            t = ParquetTable(
+                self.meta.root / ep.data_path,
+                fps=self.meta.fps if self.meta.camera_keys else None,
+                tolerance_s=self.options.tolerance_s,
+                features=self.meta.features,
+            )
             self._tables[ep.data_path] = t
         if ep.data_path not in self._checked:
             t.check_rows(ep.data_row_start + ep.length, episode=ep.episode_index)
@@ -159,6 +184,85 @@ class ItemBuilder:
                 )
             self._checked.add(ep.data_path)
         return t
+
+    def video(self, path: Path, *, episode: int, cache_frames: int) -> VideoReader:
+        """A decoder for ``path``: an idle one kept open by :meth:`release` if there is one.
+
+        Several episodes of a v3.0 dataset share one mp4; reusing its open decoder saves the
+        container open and, when the next range starts after its position, the seek too.
+        Among idle decoders of the file, the one stopped latest is taken.
+        """
+        best = None
+        for key, r in self._idle.items():
+            if r.path == path and (best is None or (r.position or -1) > (best[1].position or -1)):
+                best = (key, r)
+        if best is None:
+            return VideoReader(
+                path,
+                threads=self.options.decoder_threads,
+                cache_frames=cache_frames,
+                episode=episode,
+            )
+        reader = self._idle.pop(best[0])
+        reader.episode, reader.cache_frames = episode, cache_frames
+        return reader
+
+    def check_video(self, camera: str, reader: VideoReader) -> None:
+        """Compare a video file with info.json once per file (size, fps)."""
+        key = str(reader.path)
+        if key not in self._videos_checked:
+            self.meta.check_video_stream(
+                camera, reader.info(), file=reader.path, episode=reader.episode
+            )
+            self._videos_checked.add(key)
+
+    def release(self, reader: VideoReader) -> None:
+        """Keep ``reader`` open for reuse; the oldest idle decoders beyond the limit close."""
+        self._idle[id(reader)] = reader
+        while len(self._idle) > IDLE_DECODERS:
+            self._idle.popitem(last=False)[1].close()
+
+    def close(self) -> None:
+        """Close the idle decoders."""
+        while self._idle:
+            self._idle.popitem()[1].close()
+
+    def finish(
+        self,
+        raw: Mapping[str, np.ndarray],
+        *,
+        image_dtype: str | None = None,
+        shared: bool = False,
+    ) -> dict[str, Any]:
+        """Convert numpy columns from :meth:`EpisodeRangeReader.raw` to item columns.
+
+        Cameras become ``(..., C, H, W)`` tensors (float32 in [0, 1], or uint8 when
+        ``image_dtype`` or the options say so) with ``image_transforms`` applied item by item,
+        data columns get lerobot's dtypes, ``task`` becomes a list of strings. One strided copy
+        per camera, written straight into shared memory when ``shared`` (a DataLoader worker:
+        the batch then crosses to the main process without another copy).
+        """
+        dtype = torch.float32 if (image_dtype or self.options.image_dtype) == "float32" else None
+        transform = self.options.image_transforms
+        tasks = self.meta.tasks
+        out: dict[str, Any] = {}
+        for key, v in raw.items():
+            if key in self._cameras:
+                t = torch.from_numpy(v)
+                t = t.permute(*range(t.dim() - 3), -1, -3, -2)  # (..., H, W, C) -> (..., C, H, W)
+                if transform is None:
+                    dst = _empty(t.shape, dtype or torch.uint8, shared)
+                    dst.copy_(t)
+                    t = dst.div_(255) if dtype is not None else dst
+                else:
+                    t = t.to(dtype) / 255 if dtype is not None else t.contiguous()
+                    t = torch.stack([transform(img) for img in t])
+                out[key] = t
+            elif key == "task":
+                out[key] = [tasks[i] for i in v.tolist()]
+            else:
+                out[key] = _to_tensor(v)
+        return out
 
     def episode_reader(
         self, episode_index: int, start: int, stop: int, *, cache_frames: int | None = None
@@ -220,15 +324,8 @@ class EpisodeRangeReader:
         )
         if cache_frames is None:
             cache_frames = builder.window_before + 2
-        self.videos = {
-            cam: VideoReader(
-                meta.root / ref.path,
-                threads=builder.options.decoder_threads,
-                cache_frames=cache_frames,
-                episode=ep.episode_index,
-            )
-            for cam, ref in ep.videos.items()
-        }
+        self._cache_frames = cache_frames
+        self.videos: dict[str, VideoReader] = {}  # acquired from the builder on first use
 
     def _check_rows(self, path) -> None:
         ep = self.ep
@@ -261,16 +358,33 @@ class EpisodeRangeReader:
         self.close()
 
     def close(self) -> None:
-        """Close the video decoders."""
-        for v in self.videos.values():
-            v.close()
+        """Hand the video decoders back to the builder, which keeps a few open for reuse."""
+        videos, self.videos = self.videos, {}
+        for v in videos.values():
+            self.builder.release(v)
 
     def items(self, frames: Sequence[int] | range) -> list[dict[str, Any]]:
         """Build the items of ``frames`` (episode-local, increasing, inside ``[start, stop)``)."""
+        return unbind(self.columns(frames))
+
+    def columns(self, frames: Sequence[int] | range) -> dict[str, Any]:
+        """The items of ``frames`` as columns: what ``default_collate`` makes of :meth:`items`."""
+        return self.builder.finish(self.raw(frames))
+
+    def raw(self, frames: Sequence[int] | range) -> dict[str, np.ndarray]:
+        """The items of ``frames`` as numpy columns, before :meth:`ItemBuilder.finish`.
+
+        Every value has the frames along its first axis, in the key order of an item. Camera
+        frames stay RGB uint8 ``(..., H, W, 3)`` as decoded; ``task`` holds task indices. Rows of
+        several calls can be concatenated and reordered with plain numpy (memory copies) before
+        the one conversion to tensors, which is what the streaming path does per batch.
+        """
         frames = np.asarray(frames, dtype=np.int64)
         if frames.size == 0:
-            return []
-        if frames[0] < self.start or frames[-1] >= self.stop or np.any(np.diff(frames) <= 0):
+            return {}
+        if frames[0] < self.start or frames[-1] >= self.stop or (
+            frames.size > 1 and np.any(np.diff(frames) <= 0)
+        ):
             raise IndexError(
                 describe(
                     "Frames must be increasing and inside the reader's range",
@@ -280,58 +394,49 @@ class EpisodeRangeReader:
                 )
             )
         b = self.builder
-        meta = b.meta
         length = self.ep.length
-        delta = b.delta or {}
-        task_of = meta.tasks
         local = frames - self.lo
-        cols: dict[str, torch.Tensor] = {}
-        for c in b.columns:
-            if c in delta:
-                continue
-            cols[c] = _to_tensor(self.rows[c][local])
-        windows: dict[str, torch.Tensor] = {}
-        pads: dict[str, torch.Tensor] = {}
+        out: dict[str, np.ndarray] = {}
         query: dict[str, np.ndarray] = {}
-        for key, d in delta.items():
+        pads: dict[str, np.ndarray] = {}
+        for key, d in (b.delta or {}).items():
             raw = frames[:, None] + d[None, :]
-            q = np.clip(raw, 0, length - 1)
-            pads[f"{key}_is_pad"] = torch.from_numpy((raw < 0) | (raw >= length))
-            query[key] = q
-            if key in self.rows:
-                windows[key] = _to_tensor(self.rows[key][q - self.lo])
-        images = {cam: self._images(cam, query.get(cam), frames) for cam in self.videos}
+            query[key] = np.clip(raw, 0, length - 1)
+            pads[f"{key}_is_pad"] = (raw < 0) | (raw >= length)
+        for cam in self.ep.videos:
+            out[cam] = self._images(cam, query.get(cam), frames)
+        for c in b.columns:
+            out[c] = self.rows[c][query[c] - self.lo if c in query else local]
+        out.update(pads)
         task_col = self.rows.get("task_index")
-        out = []
-        transform = b.options.image_transforms
-        for i in range(len(frames)):
-            item: dict[str, Any] = {}
-            for cam, imgs in images.items():
-                img = imgs[i]
-                item[cam] = transform(img) if transform is not None else img
-            for c in b.columns:
-                item[c] = windows[c][i] if c in windows else cols[c][i]
-            for k, v in pads.items():
-                item[k] = v[i]
-            if task_col is not None:
-                item["task"] = task_of[int(task_col[local[i]])]
-            out.append(item)
+        if task_col is not None:
+            out["task"] = np.asarray(task_col[local], dtype=np.int64)
         return out
 
-    def _images(self, cam: str, q: np.ndarray | None, frames: np.ndarray) -> torch.Tensor:
-        """Decode the frames a camera needs for these items; returns one tensor per item."""
+    def _images(self, cam: str, q: np.ndarray | None, frames: np.ndarray) -> np.ndarray:
+        """Decoded RGB uint8 frames a camera needs: ``(n, H, W, 3)``, or ``(n, w, H, W, 3)``."""
         ref = self.ep.videos[cam]
-        wanted = q if q is not None else frames[:, None]
-        uniq = np.unique(wanted)
+        wanted = q if q is not None else frames
+        uniq = np.unique(wanted) if q is not None else frames
         times = ref.from_timestamp + self.timestamps[uniq - self.lo]
-        decoded = self.videos[cam].frames_at(
+        video = self.videos.get(cam)
+        if video is None:
+            video = self.videos[cam] = self.builder.video(
+                self.builder.meta.root / ref.path,
+                episode=self.ep.episode_index,
+                cache_frames=self._cache_frames,
+            )
+            self.builder.check_video(cam, video)
+        decoded = video.frames_at(
             times, tolerance_s=self.builder.options.tolerance_s, frame_numbers=uniq.tolist()
         )
-        pos = np.searchsorted(uniq, wanted)
-        t = torch.from_numpy(decoded).permute(0, 3, 1, 2)  # (u, C, H, W) uint8
-        t = t[torch.from_numpy(pos)]  # (n, w, C, H, W)
-        if self.builder.options.image_dtype == "float32":
-            t = t.to(torch.float32) / 255
-        if t.shape[1] == 1:
-            t = t[:, 0]  # lerobot squeezes a single frame to (C, H, W)
-        return t
+        if q is None:
+            return decoded
+        out = decoded[np.searchsorted(uniq, wanted)]  # (n, w, H, W, 3)
+        return out[:, 0] if out.shape[1] == 1 else out  # lerobot squeezes a single frame
+
+
+def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Split columns (frames along the first axis) into one dict per frame."""
+    n = len(next(iter(cols.values()))) if cols else 0
+    return [{k: v[i] for k, v in cols.items()} for i in range(n)]

@@ -56,7 +56,8 @@ _FIX = {
     "the root of the dataset the run was trained on, or start a new run without resume_state",
     "total_frames": "the state belongs to another dataset or episode selection; pass the same "
     "root and episodes=[...] as the run that saved it",
-    "episodes": "pass the same episodes=[...] as the run that saved the state",
+    "episodes": "pass the same episodes= selection (indices, slice string, or a Split with the "
+    "same fractions, index and seed) as the run that saved the state",
     "plan": "pass the same chunk_frames, episodes and StreamTuning(cut_at_keyframes=...) as the "
     "run that saved the state",
     "seed": "pass the same seed as the run that saved the state",

@@ -311,7 +311,9 @@ def test_one_seek_per_chunk_and_camera(cam_root, monkeypatch):
     n = sum(1 for _ in ds)
     segments = ds.schedule(0).segments(0, 0)
     assert n == sum(s.length for s in segments)
-    assert len(seeks) == len(segments) * len(ds.meta.camera_keys)
+    # At most one seek per segment and camera (an idle decoder of the same file that already
+    # stands before the next segment continues without seeking).
+    assert 1 <= len(seeks) <= len(segments) * len(ds.meta.camera_keys)
 
 
 def test_chunks_cut_at_keyframes(factory):

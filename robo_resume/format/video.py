@@ -93,8 +93,14 @@ class VideoReader:
         self._frames = None  # iterator of decoded frames
         self._last_time = None  # time of the last decoded frame (seconds)
         self._cache: OrderedDict[float, np.ndarray] = OrderedDict()
+        self._time_base = 0.0
         self.seeks = 0  # number of seeks done (for tests and profiling)
         self.decoded = 0  # number of frames decoded
+
+    @property
+    def position(self) -> float | None:
+        """Time (s) of the last decoded frame, or None when not positioned (closed, just seeked)."""
+        return self._last_time
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -165,6 +171,7 @@ class VideoReader:
                 )
             )
         stream = container.streams.video[0]
+        self._time_base = float(stream.time_base) if stream.time_base else 0.0
         stream.thread_type = "AUTO"
         stream.thread_count = self.threads
         self._container = container
@@ -268,24 +275,30 @@ class VideoReader:
         """
         ts = np.asarray(timestamps, dtype=np.float64)
         n = len(ts)
-        out: list[np.ndarray | None] = [None] * n
         if n == 0:
             return np.zeros((0, 0, 0, 3), dtype=np.uint8)
-        if np.any(np.diff(ts) < 0):
+        if n > 1 and np.any(np.diff(ts) < 0):
             raise ValueError("frames_at needs non-decreasing timestamps")
+        out: np.ndarray | None = None
+        filled = np.zeros(n, dtype=bool)
 
-        # 1) frames still in the cache
+        # 1) frames still in the cache (look-back windows)
         if self._cache:
             keys = list(self._cache)
-            for i, t in enumerate(ts):
+            for i, t in enumerate(ts.tolist()):
                 j = bisect.bisect_left(keys, t - tolerance_s)
                 if j < len(keys) and abs(keys[j] - t) < tolerance_s:
-                    out[i] = self._cache[keys[j]]
-        pending = [i for i in range(n) if out[i] is None]
+                    image = self._cache[keys[j]]
+                    if out is None:
+                        out = np.empty((n, *image.shape), dtype=np.uint8)
+                    out[i] = image
+                    filled[i] = True
+        pending = np.flatnonzero(~filled).tolist()
         if not pending:
-            return np.stack(out)
+            return out
 
-        first = ts[pending[0]]
+        want = ts.tolist()
+        first = want[pending[0]]
         self._open()
         if (
             self._frames is None
@@ -298,13 +311,16 @@ class VideoReader:
         else:
             fresh_seek = False
         keep_from = first - tolerance_s
+        tb = self._time_base
+        remember = self.cache_frames > 0
 
-        k = 0  # index into pending
-        while k < len(pending):
+        k, m = 0, len(pending)
+        while k < m:
             frame = self._next_frame()
             if frame is None:
                 self._raise_missing(ts, pending[k], frame_numbers, end=True)
-            t = float(frame.pts * frame.time_base) if frame.pts is not None else float(frame.time)
+            pts = frame.pts
+            t = pts * tb if pts is not None else float(frame.time)
             if fresh_seek:
                 fresh_seek = False
                 if t > first + tolerance_s:
@@ -315,13 +331,16 @@ class VideoReader:
             if t < keep_from:
                 continue
             image = frame.to_ndarray(format="rgb24")
-            self._remember(t, image)
-            while k < len(pending) and abs(ts[pending[k]] - t) < tolerance_s:
+            if remember:
+                self._remember(t, image)
+            if out is None:
+                out = np.empty((n, *image.shape), dtype=np.uint8)
+            while k < m and abs(want[pending[k]] - t) < tolerance_s:
                 out[pending[k]] = image
                 k += 1
-            if k < len(pending) and ts[pending[k]] < t - tolerance_s:
+            if k < m and want[pending[k]] < t - tolerance_s:
                 self._raise_missing(ts, pending[k], frame_numbers, near=t)
-        return np.stack(out)
+        return out
 
     def _raise_missing(self, ts, i, frame_numbers, *, end: bool = False, near: float | None = None):
         frame = frame_numbers[i] if frame_numbers is not None else None

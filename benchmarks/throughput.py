@@ -1,0 +1,343 @@
+"""Frames per second delivered to a training loop: robo_resume vs lerobot vs the decode ceiling.
+
+Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of ``--repeats``:
+
+- ``robo_resume``: ``ChunkedEpisodeDataset(...).dataloader(num_workers=W)``, batch 32, images
+  as uint8 and as float32 (lerobot's layout);
+- ``lerobot``: ``LeRobotDataset(..., video_backend="pyav")`` in a shuffled ``DataLoader`` (what
+  lerobot's trainer does), same workers, batch size and ``delta_timestamps``; float32 images;
+- ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, FFmpeg's
+  default threading) over the same videos, with no dataset around it.
+
+Each measurement starts the loader, discards ``--warmup`` batches (worker start-up, first seeks)
+and times the next ``--batches`` batches. Datasets: (a) factory 96x96, 2 cameras, AV1 with a
+keyframe every 2 frames (lerobot's default); (b) the same at 224x224; (c) factory h264 with a
+250-frame GOP; (d) ``../shared/datasets/open50`` (the 43 episodes with video, 480x640 mpeg4).
+Each with ``num_workers`` 0 and 2, without and with ``delta_timestamps`` (an action horizon of
+50 and 2 frames per camera).
+
+Run: ``python benchmarks/throughput.py [--json out/throughput.json] [--datasets a,b,c,d]``;
+``--quick`` runs a small version (used by the tests). Factory datasets are written once to
+``--data-dir`` (default ``out/bench_data``) and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import logging
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import describe_machine, machine, print_table, progress, write_json
+
+REPO = Path(__file__).resolve().parents[1]
+OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
+OPEN50_WITH_VIDEO = [e for e in range(50) if e not in (1, 2, 7, 9, 25, 33, 34)]
+BATCH = 32
+
+FACTORY = {
+    "a": dict(height=96, width=96, codec="av1", gop=2),
+    "b": dict(height=224, width=224, codec="av1", gop=2),
+    "c": dict(height=96, width=96, codec="h264", gop=250),
+}
+DESCRIPTION = {
+    "a": "factory 96x96, 2 cams, AV1 gop 2",
+    "b": "factory 224x224, 2 cams, AV1 gop 2",
+    "c": "factory 96x96, 2 cams, h264 gop 250",
+    "d": "open50 (43 episodes with video), 480x640 mpeg4 gop 12",
+}
+TARGETS = {  # dataset -> (min robo_resume/lerobot, min robo_resume/ceiling)
+    "a": (4.0, 0.8),
+    "b": (None, 0.8),
+    "c": (4.0, None),
+    "d": (4.0, 0.8),
+}
+
+
+def factory_root(name: str, data_dir: Path, quick: bool) -> Path:
+    """Write (once) and return the factory dataset ``name`` under ``data_dir``."""
+    from robo_resume.testing import make_dataset
+
+    lengths = (120,) * 6 if quick else (300,) * 20
+    root = data_dir / f"{name}{'-quick' if quick else ''}"
+    if not (root / "meta" / "info.json").is_file():
+        progress(f"writing factory dataset ({name}) {DESCRIPTION[name]} to {root}")
+        make_dataset(
+            root,
+            episode_lengths=lengths,
+            num_cameras=2,
+            fps=30,
+            episodes_per_file=5,
+            overwrite=True,
+            **FACTORY[name],
+        )
+    return root
+
+
+class Case:
+    """One dataset: where it is, which episodes, its cameras and its delta_timestamps."""
+
+    def __init__(self, name: str, root: Path, episodes: list[int] | None) -> None:
+        from robo_resume import load_metadata
+
+        self.name, self.root, self.episodes = name, root, episodes
+        self.meta = load_metadata(root)
+        fps = self.meta.fps
+        action = "actions" if "actions" in self.meta.features else "action"
+        self.delta = {action: [i / fps for i in range(50)]}
+        for cam in self.meta.camera_keys:
+            self.delta[cam] = [-1 / fps, 0.0]
+
+
+def _drain(loader, warmup: int, batches: int) -> float:
+    """Frames per second of ``batches`` batches after ``warmup`` batches."""
+    it = iter(loader)
+    for _ in range(warmup):
+        next(it)
+    frames = 0
+    t = time.perf_counter()
+    for _ in range(batches):
+        b = next(it)
+        frames += len(b["index"])
+    dt = time.perf_counter() - t
+    del it
+    return frames / dt
+
+
+def run_robo(case: Case, workers: int, delta: bool, dtype: str, warmup: int, batches: int):
+    from robo_resume import ChunkedEpisodeDataset
+
+    ds = ChunkedEpisodeDataset(
+        case.root,
+        batch_size=BATCH,
+        episodes=case.episodes,
+        delta_timestamps=case.delta if delta else None,
+        image_dtype=dtype,
+        infinite=True,
+    )
+    return _drain(ds.dataloader(num_workers=workers), warmup, batches)
+
+
+def run_lerobot(case: Case, workers: int, delta: bool, warmup: int, batches: int):
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset(
+        "local/bench",
+        root=case.root,
+        episodes=case.episodes,
+        delta_timestamps=case.delta if delta else None,
+        video_backend="pyav",
+    )
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=BATCH, shuffle=True, num_workers=workers, drop_last=True
+    )
+    return _drain(loader, warmup, batches)
+
+
+def run_ceiling(case: Case, frames: int) -> float:
+    """Frames (all cameras) per second of a plain sequential decode of the case's videos."""
+    import av
+
+    cams = max(len(case.meta.camera_keys), 1)
+    by_cam: dict[str, list[str]] = {}
+    for e in case.episodes or [e.episode_index for e in case.meta.episodes]:
+        for cam, ref in case.meta.episode(e).videos.items():
+            p = str(case.root / ref.path)
+            if p not in by_cam.setdefault(cam, []):
+                by_cam[cam].append(p)
+    t = time.perf_counter()
+    for paths in by_cam.values():  # decode `frames` frames of every camera
+        left = frames
+        for p in itertools.cycle(paths):
+            with av.open(p) as c:
+                s = c.streams.video[0]
+                s.thread_type = "AUTO"
+                for fr in c.decode(s):
+                    fr.to_ndarray(format="rgb24")
+                    left -= 1
+                    if left == 0:
+                        break
+            if left == 0:
+                break
+    return frames / (time.perf_counter() - t) if cams else 0.0
+
+
+def measure(case: Case, args) -> list[dict]:
+    rows = []
+    frames = args.batches * BATCH
+    for workers, delta in itertools.product(args.workers, (False, True)):
+        samples: dict[str, list[float]] = {"robo_u8": [], "robo_f32": [], "lerobot": []}
+        samples["ceiling"] = []
+        for r in range(args.repeats):
+            progress(f"({case.name}) workers={workers} delta={delta} repeat {r + 1}/{args.repeats}")
+            samples["robo_u8"].append(
+                run_robo(case, workers, delta, "uint8", args.warmup, args.batches)
+            )
+            samples["robo_f32"].append(
+                run_robo(case, workers, delta, "float32", args.warmup, args.batches)
+            )
+            if not args.no_lerobot:
+                samples["lerobot"].append(
+                    run_lerobot(case, workers, delta, args.warmup, args.lerobot_batches)
+                )
+            samples["ceiling"].append(run_ceiling(case, frames))
+        med = {k: statistics.median(v) if v else None for k, v in samples.items()}
+        row = {
+            "dataset": case.name,
+            "num_workers": workers,
+            "delta_timestamps": delta,
+            "fps": med,
+            "samples": samples,
+            "robo_f32_over_lerobot": med["robo_f32"] / med["lerobot"] if med["lerobot"] else None,
+            "robo_u8_over_lerobot": med["robo_u8"] / med["lerobot"] if med["lerobot"] else None,
+            "robo_f32_over_ceiling": med["robo_f32"] / med["ceiling"],
+            "robo_u8_over_ceiling": med["robo_u8"] / med["ceiling"],
+        }
+        rows.append(row)
+    return rows
+
+
+def _fmt(x: float | None, spec: str = ".0f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Each target against the measured ratios (float32 images, lerobot's layout)."""
+    out = []
+    for row in rows:
+        lr_min, ceil_min = TARGETS[row["dataset"]]
+        if lr_min is not None and row["robo_f32_over_lerobot"] is not None:
+            out.append(
+                {
+                    "target": f">= {lr_min}x lerobot",
+                    "dataset": row["dataset"],
+                    "num_workers": row["num_workers"],
+                    "delta_timestamps": row["delta_timestamps"],
+                    "ratio": row["robo_f32_over_lerobot"],
+                    "met": row["robo_f32_over_lerobot"] >= lr_min,
+                }
+            )
+        if ceil_min is not None:
+            out.append(
+                {
+                    "target": f">= {ceil_min}x ceiling",
+                    "dataset": row["dataset"],
+                    "num_workers": row["num_workers"],
+                    "delta_timestamps": row["delta_timestamps"],
+                    "ratio": row["robo_f32_over_ceiling"],
+                    "met": row["robo_f32_over_ceiling"] >= ceil_min,
+                }
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", default="a,b,c,d", help="which of a,b,c,d (default all)")
+    p.add_argument("--workers", default="0,2", help="num_workers values (default 0,2)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batches", type=int, default=40, help="timed batches of robo_resume")
+    p.add_argument("--lerobot-batches", type=int, default=15, help="timed batches of lerobot")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--data-dir", type=Path, default=REPO / "out" / "bench_data")
+    p.add_argument("--no-lerobot", action="store_true", help="skip the lerobot measurements")
+    p.add_argument("--quick", action="store_true", help="tiny datasets, one repeat (tests)")
+    p.add_argument("--json", type=Path, help="write all numbers here")
+    args = p.parse_args(argv)
+    args.workers = [int(w) for w in args.workers.split(",")]
+    if args.quick:
+        args.repeats, args.batches, args.lerobot_batches, args.warmup = 1, 4, 2, 1
+    warnings.filterwarnings("ignore")
+    logging.getLogger("robo_resume").setLevel(logging.WARNING)
+
+    info = machine()
+    print(describe_machine(info))
+    cases = []
+    for name in args.datasets.split(","):
+        if name in FACTORY:
+            cases.append(Case(name, factory_root(name, args.data_dir, args.quick), None))
+        elif name == "d":
+            if not (OPEN50 / "meta" / "info.json").is_file():
+                progress(f"skipping (d): {OPEN50} is absent")
+                continue
+            eps = OPEN50_WITH_VIDEO[:6] if args.quick else OPEN50_WITH_VIDEO
+            cases.append(Case("d", OPEN50, eps))
+        else:
+            p.error(f"unknown dataset {name!r}; expected a subset of a,b,c,d")
+
+    rows = []
+    for case in cases:
+        rows.extend(measure(case, args))
+
+    table = [
+        [
+            f"({r['dataset']}) {DESCRIPTION[r['dataset']]}",
+            r["num_workers"],
+            "yes" if r["delta_timestamps"] else "no",
+            _fmt(r["fps"]["robo_u8"]),
+            _fmt(r["fps"]["robo_f32"]),
+            _fmt(r["fps"]["lerobot"]),
+            _fmt(r["fps"]["ceiling"]),
+            _fmt(r["robo_f32_over_lerobot"], ".1f"),
+            _fmt(r["robo_f32_over_ceiling"], ".2f"),
+        ]
+        for r in rows
+    ]
+    print()
+    print(f"frames/s delivered to the loop, batch {BATCH}, median of {args.repeats}")
+    print_table(
+        [
+            "dataset",
+            "workers",
+            "delta",
+            "robo u8",
+            "robo f32",
+            "lerobot",
+            "ceiling",
+            "robo/lerobot",
+            "robo/ceiling",
+        ],
+        table,
+    )
+    checks = verdicts(rows)
+    if checks:
+        print()
+        print_table(
+            ["target", "dataset", "workers", "delta", "ratio", "result"],
+            [
+                [
+                    c["target"],
+                    c["dataset"],
+                    c["num_workers"],
+                    "yes" if c["delta_timestamps"] else "no",
+                    f"{c['ratio']:.2f}",
+                    "PASS" if c["met"] else "MISS",
+                ]
+                for c in checks
+            ],
+        )
+    if args.json:
+        write_json(
+            args.json,
+            {
+                "machine": info,
+                "batch_size": BATCH,
+                "args": vars(args),
+                "rows": rows,
+                "targets": checks,
+            },
+        )
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,111 @@
+"""The batch path (``ds.dataloader()``) equals the item path collated by torch, exactly.
+
+``ChunkedEpisodeDataset.dataloader`` builds whole batches in the workers (columns, one copy per
+batch) instead of yielding items for ``default_collate``. These tests compare both paths on
+the same dataset and options: same batches in the same order, same keys in the same order,
+same dtypes, shapes and values. Nothing is sorted.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning
+from robo_resume.dataset import BatchLoader
+
+
+@pytest.fixture(scope="module")
+def two_cams(factory):
+    return factory(episode_lengths=(21, 34, 9, 27, 16), num_cameras=2, codec="av1", gop=2).root
+
+
+def item_batches(ds, num_workers):
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_size=ds.batch_size,
+        drop_last=ds.drop_last,
+        num_workers=num_workers,
+        **({"multiprocessing_context": "forkserver"} if num_workers else {}),
+    )
+    return list(loader)
+
+
+def assert_same_batches(ours, theirs):
+    assert len(ours) == len(theirs), f"{len(ours)} batches != {len(theirs)}"
+    for k, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        assert list(a) == list(b), f"batch {k}: keys {list(a)} != {list(b)}"
+        for key, want in b.items():
+            got = a[key]
+            if isinstance(want, torch.Tensor):
+                assert got.dtype == want.dtype, f"batch {k} {key}: {got.dtype} != {want.dtype}"
+                assert got.shape == want.shape, f"batch {k} {key}: {got.shape} != {want.shape}"
+                assert torch.equal(got, want), f"batch {k} {key}: values differ"
+            else:
+                assert got == want, f"batch {k} {key}: {got} != {want}"
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "batch_size", "interleave", "drop_last", "image_dtype", "delta"),
+    [
+        (0, 7, 4, False, "float32", False),
+        (0, 32, 1, False, "uint8", False),
+        (0, 5, 3, True, "float32", True),
+        (2, 8, 4, False, "float32", False),  # uint8 across processes, float in the main one
+        (2, 6, 2, True, "uint8", True),
+    ],
+)
+def test_batches_equal_collated_items(
+    two_cams, num_workers, batch_size, interleave, drop_last, image_dtype, delta
+):
+    kw = dict(
+        batch_size=batch_size,
+        seed=3,
+        chunk_frames=10,
+        drop_last=drop_last,
+        image_dtype=image_dtype,
+        tuning=StreamTuning(interleave=interleave, block_frames=4),
+        delta_timestamps={
+            "action": [0.0, 0.1, 0.2],
+            "observation.images.cam0": [-0.1, 0.0],
+        }
+        if delta
+        else None,
+    )
+    ds = ChunkedEpisodeDataset(two_cams, **kw)
+    loader = ds.dataloader(num_workers=num_workers)
+    assert isinstance(loader, BatchLoader)
+    if num_workers and image_dtype == "float32":
+        assert loader.float_keys == tuple(ds.meta.camera_keys)
+    ours = list(loader)
+    theirs = item_batches(ChunkedEpisodeDataset(two_cams, **kw), num_workers)
+    assert_same_batches(ours, theirs)
+    assert sum(len(b["index"]) for b in ours) > 0
+    assert ours[0]["observation.images.cam0"].dtype == getattr(torch, image_dtype)
+
+
+def test_batches_equal_collated_items_infinite_across_epochs(two_cams):
+    kw = dict(batch_size=9, seed=1, chunk_frames=8, infinite=True)
+    ds = ChunkedEpisodeDataset(two_cams, **kw)
+    per_epoch = ds.schedule(0).frames_per_stream
+    n = per_epoch // 9 + 3  # batches that cross into the second epoch
+    it = iter(ds.dataloader())
+    ours = [next(it) for _ in range(n)]
+    items = iter(ChunkedEpisodeDataset(two_cams, **kw))
+    theirs = [
+        torch.utils.data.default_collate([next(items) for _ in range(9)]) for _ in range(n)
+    ]
+    assert_same_batches(ours, theirs)
+    assert ours[-1][CURSOR_KEY][-1, 3] == 1  # the last batch is in epoch 1
+
+
+def test_collate_fn_gives_an_item_loader(two_cams):
+    ds = ChunkedEpisodeDataset(two_cams, batch_size=4)
+    loader = ds.dataloader(collate_fn=torch.utils.data.default_collate)
+    assert loader.batch_size == 4 and not isinstance(loader, BatchLoader)
+    assert len(next(iter(loader))["index"]) == 4
+
+
+def test_pin_memory_keeps_float_conversion_in_the_worker(two_cams):
+    ds = ChunkedEpisodeDataset(two_cams, batch_size=4)
+    assert ds.dataloader(num_workers=2, pin_memory=True).float_keys == ()
