@@ -590,6 +590,35 @@ class ChunkedEpisodeDataset(IterableDataset):
             f"rank={self.rank}/{self.world_size}, mode={'infinite' if self.infinite else 'epoch'})"
         )
 
+    # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
+    def stream_batches(
+        self,
+        role: int,
+        num_workers: int,
+        epoch: int,
+        position: int,
+        *,
+        image_dtype: str | None = None,
+        log_resume: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """Batches of stream ``role`` of this rank (``num_workers`` workers) from a position.
+
+        The batches :meth:`iter_batches` yields for that stream after it stood at ``(epoch,
+        position)`` (frames of ``epoch`` already delivered), in any process and without
+        touching the shared epoch table: the epoch ends the iterator in epoch mode, epochs
+        follow each other in infinite mode. Used by :class:`robo_resume.mix.MixedDataset`,
+        which decides itself where each source's streams stand. ``log_resume`` logs the
+        stream's ``resume:`` line.
+        """
+        sched = self.schedule(num_workers)
+        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        if log_resume:
+            self._log_resume(sched, stream, epoch, position)
+        slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
+        return self._generate_batches(
+            sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
+        )
+
 
 class _Batches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
