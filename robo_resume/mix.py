@@ -1,0 +1,865 @@
+"""MixedDataset: several LeRobot datasets interleaved by weight, with exact per-source resume.
+
+Design (one concept per layer, as in the rest of the package):
+
+- **One ChunkedEpisodeDataset per source.** Each source keeps its own plan, schedule, streams,
+  epochs and cursors (its seed is derived from the mix seed and the source's position). With
+  ``exhausted="cycle"`` every source runs in infinite mode (it cycles through its own epochs)
+  and the mix is one endless iteration (step-based training); with ``exhausted="stop"`` every
+  source runs in epoch mode and each ``iter()`` over the loader is one mix epoch that ends
+  when the first source runs out.
+- **Mixing per batch.** Every batch comes whole from one source (a batch has one layout and one
+  stream cursor). DataLoader worker roles play their own *mix stream*: role ``r``'s batch ``j``
+  comes from source ``source_at(epoch, g, j)``, a pure function of ``(seed, epoch, g, j)``
+  where ``g`` is the global stream id (``rank * W + r``). Batches are grouped in *rounds* of
+  ``period`` batches; in every round source ``i`` gets ``counts[i]`` batches (the weights'
+  largest-remainder share of ``period``), in a seeded permutation per round. So the mix matches
+  the weights exactly every ``period`` batches of a stream, and the number of batches source
+  ``i`` gave stream ``g`` before position ``j`` is ``(j // period) * counts[i]`` plus a count
+  inside one round: arithmetic, O(period), whatever ``j``.
+- **DataLoader arithmetic.** Worker ``w`` plays role ``w`` and takes its source batches from
+  stream ``w`` of each source, so the round-robin rule of the single dataset still holds (batch
+  ``k`` from worker ``k % W``) and a resume rotates roles the same way. With ``"stop"``, every
+  stream of every rank stops at the same ``J`` (the smallest position at which one of its
+  sources would need a batch past its epoch), so all workers and ranks yield the same number of
+  batches, which the round-robin rule needs. Batches of the other sources after that point are
+  not used in that epoch (like the tail of a single dataset).
+- **Resume state** (:class:`MixState`, JSON-safe, versioned): the mix fingerprint (weights,
+  period, exhausted, seed, batch size, key mappings, each source's dataset fingerprint), the
+  topology, each role's mix position ``(epoch, j)``, and for every source its own
+  :class:`~robo_resume.state.ResumeState` (one cursor per stream: where that source stands).
+  On resume each source stream continues from its recorded cursor; the cursors are checked
+  against the arithmetic (prefix counts at the mix position), so a state that does not fit is
+  refused instead of replaying or losing frames.
+- **Changed weights** (or period, exhausted, sources, keys) are refused with
+  :class:`~robo_resume.errors.ResumeStateError`: the mix position only says how many batches each
+  source gave under the weights it was recorded with. To change the mix, start a new run.
+- **One item layout.** ``MixSource.keys`` maps a source's feature names to the mix's names
+  (``None`` drops a feature, e.g. a camera the other sources lack). After mapping, every source
+  must have the same features with the same shapes (and dtypes for non-video features) and the
+  same fps; otherwise a :class:`~robo_resume.errors.DatasetFormatError` says what was expected,
+  what was found and how to map it. Keys of batches are renamed (``<key>_is_pad`` too);
+  ``delta_timestamps`` are given in mix names.
+
+Every batch carries the source's frame cursors (:data:`~robo_resume.dataset.CURSOR_KEY`) and the
+mix cursor ``MIX_KEY`` = ``[rank, role, num_workers, epoch, j, source]``; pass batches through
+:meth:`MixTracker.consume`, which records and strips both (``tracker.last_source`` tells which
+source the batch came from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .dataset import (
+    CURSOR_KEY,
+    MAX_WORKERS,
+    BatchLoader,
+    ChunkedEpisodeDataset,
+    StreamTuning,
+    _resolve_rank,
+    worker_context,
+)
+from .errors import DatasetFormatError, ResumeStateError, describe
+from .schedule import Topology, worker_batches_done
+from .splits import EpisodeSelection
+from .state import ResumeState, StreamCursor, library_version
+
+__all__ = ["EXHAUSTED", "MIX_KEY", "MixSource", "MixState", "MixTracker", "MixedDataset"]
+
+MIX_KEY = "robo_resume_mix"
+"""Batch key of the mix cursor: int64 ``[rank, role, num_workers, epoch, j, source]``."""
+
+EXHAUSTED = ("cycle", "stop")
+MIX_FORMAT = "robo_resume.mix_state"
+MIX_VERSION = 1
+MAX_PERIOD = 1000
+DEFAULT_PERIOD = 100
+_MIX, _SOURCE = 0x4D4958, 0x535243  # SeedSequence spawn keys ("MIX", "SRC")
+_VISUAL = ("video", "image")
+
+
+@dataclass(frozen=True)
+class MixSource:
+    """One dataset of a mix.
+
+    Attributes:
+        root: dataset folder (or where a Hub download goes, with ``repo_id``).
+        weight: share of the mix's batches (relative to the other sources' weights).
+        keys: this source's feature name -> mix name (None drops the feature); unmapped
+            features keep their names.
+        episodes: episode selection of this source (indices, slice string or ``Split``).
+        repo_id, revision: a Hub dataset, as in :class:`ChunkedEpisodeDataset`.
+        chunk_frames, tuning: per-source overrides of the mix's values.
+    """
+
+    root: str | Path | None = None
+    weight: float = 1.0
+    keys: Mapping[str, str | None] = field(default_factory=dict)
+    episodes: EpisodeSelection = None
+    repo_id: str | None = None
+    revision: str | None = None
+    chunk_frames: int | None = None
+    tuning: StreamTuning | None = None
+
+    def __post_init__(self) -> None:
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
+            raise ValueError(
+                describe(
+                    "A mix source's weight must be a positive number",
+                    found=repr(w),
+                    fix="give every source a weight > 0 (drop a source instead of weight 0)",
+                )
+            )
+        if self.root is None and self.repo_id is None:
+            raise ValueError(describe("A mix source needs a root or a repo_id", found="neither"))
+
+
+def round_counts(weights: Sequence[float], period: int) -> tuple[int, ...]:
+    """Batches per round of ``period`` for each weight (largest remainder, ties: lower index)."""
+    total = math.fsum(weights)
+    quotas = [w * period / total for w in weights]
+    counts = [math.floor(q + 1e-9) for q in quotas]
+    order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] - counts[i]), i))
+    for i in order[: period - sum(counts)]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+def default_period(weights: Sequence[float]) -> int:
+    """``sum / gcd`` of integral weights up to :data:`MAX_PERIOD` (exact), else 100."""
+    if all(float(w).is_integer() for w in weights):
+        ints = [int(w) for w in weights]
+        g = math.gcd(*ints)
+        if sum(ints) // g <= MAX_PERIOD:
+            return sum(ints) // g
+    return DEFAULT_PERIOD
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class MixedDataset(IterableDataset):
+    """Several LeRobot datasets (v3.0 and v2.1 may be mixed) interleaved by weight.
+
+    Args:
+        sources: the :class:`MixSource` s (their order is part of the state).
+        batch_size, seed, drop_last, rank, world_size: as in :class:`ChunkedEpisodeDataset`.
+        exhausted: "cycle" (a source that runs out starts its next epoch; the mix is endless)
+            or "stop" (each ``iter()`` is one mix epoch, ended by the first source to run out).
+        period: batches per mixing round (see the module docstring); None: ``sum/gcd`` of
+            integral weights, else 100.
+        resume_state: a :meth:`MixTracker.state_dict`; resume_strict as for one dataset.
+        chunk_frames, tuning: defaults for every source.
+        delta_timestamps: in the mix's feature names.
+        image_transforms, image_dtype: as in :class:`ChunkedEpisodeDataset`.
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[MixSource],
+        *,
+        batch_size: int,
+        seed: int = 0,
+        exhausted: str = "cycle",
+        period: int | None = None,
+        resume_state: Mapping[str, Any] | MixState | None = None,
+        resume_strict: bool = True,
+        chunk_frames: int = 64,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        image_dtype: str = "float32",
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        tuning: StreamTuning | None = None,
+    ) -> None:
+        super().__init__()
+        sources = tuple(sources)
+        if not sources or not all(isinstance(s, MixSource) for s in sources):
+            raise ValueError(
+                describe("sources must be a non-empty list of MixSource", found=repr(sources)[:120])
+            )
+        if exhausted not in EXHAUSTED:
+            raise ValueError(
+                describe("Unknown exhausted mode", expected=" or ".join(EXHAUSTED), found=exhausted)
+            )
+        weights = [float(s.weight) for s in sources]
+        period = default_period(weights) if period is None else period
+        if isinstance(period, bool) or not isinstance(period, int) or not 1 <= period <= MAX_PERIOD:
+            raise ValueError(describe("period must be an int in 1..1000", found=repr(period)))
+        self.sources = sources
+        self.batch_size = batch_size
+        self.seed = seed
+        self.exhausted = exhausted
+        self.infinite = exhausted == "cycle"
+        self.drop_last = drop_last
+        self.period = period
+        self.weights = weights
+        self.counts = np.asarray(round_counts(weights, period), dtype=np.int64)
+        self.rank, self.world_size = _resolve_rank(rank, world_size)
+        self.datasets: list[ChunkedEpisodeDataset] = []
+        for i, src in enumerate(sources):
+            self.datasets.append(
+                ChunkedEpisodeDataset(
+                    src.root,
+                    repo_id=src.repo_id,
+                    revision=src.revision,
+                    batch_size=batch_size,
+                    seed=self.source_seed(i),
+                    chunk_frames=src.chunk_frames or chunk_frames,
+                    episodes=src.episodes,
+                    delta_timestamps=self._source_delta(i, delta_timestamps),
+                    image_transforms=image_transforms,
+                    image_dtype=image_dtype,
+                    drop_last=drop_last,
+                    infinite=self.infinite,
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    tuning=src.tuning or tuning,
+                )
+            )
+        self.renames = [self._check_source(i) for i in range(len(sources))]
+        self.features = self._layout(0)
+        for i in range(1, len(sources)):
+            self._check_fits(i)
+        self.camera_keys = tuple(k for k, v in self.features.items() if v["dtype"] in _VISUAL)
+        self.fingerprint = {
+            "sources": [ds.fingerprint["dataset"] for ds in self.datasets],
+            "weights": weights,
+            "period": period,
+            "exhausted": exhausted,
+            "seed": seed,
+            "batch_size": batch_size,
+            "drop_last": drop_last,
+            "keys": _hash([dict(s.keys) for s in sources]),
+        }
+        self.resume_state: MixState | None = None
+        if resume_state is not None:
+            self.resume_state = MixState.from_dict(resume_state)
+            self.resume_state.check(self, strict=resume_strict)
+        # Shared table, one row per worker: [next epoch, started]
+        self._slots = torch.zeros((MAX_WORKERS, 2), dtype=torch.int64).share_memory_()
+        self._round_cache: dict[tuple[int, int, int], np.ndarray] = {}
+
+    # -- layout --------------------------------------------------------------------------------
+    def source_seed(self, i: int) -> int:
+        """The seed of source ``i``'s dataset, derived from the mix seed (SeedSequence)."""
+        ss = np.random.SeedSequence(entropy=self.seed, spawn_key=(_SOURCE, i))
+        return int(ss.generate_state(1, dtype=np.uint32)[0])
+
+    def _name(self, i: int) -> str:
+        s = self.sources[i]
+        return f"source {i} ({s.repo_id or s.root})"
+
+    def _source_delta(self, i: int, delta: Mapping[str, Sequence[float]] | None):
+        if not delta:
+            return None
+        back = {v: k for k, v in self.sources[i].keys.items() if v is not None}
+        return {back.get(k, k): v for k, v in delta.items()}
+
+    def _check_source(self, i: int) -> dict[str, str | None]:
+        feats = self.datasets[i].meta.features
+        keys = dict(self.sources[i].keys)
+        unknown = [k for k in keys if k not in feats]
+        if unknown:
+            raise DatasetFormatError(
+                describe(
+                    f"The key mapping of {self._name(i)} names features it does not have",
+                    expected=f"names among {list(feats)}",
+                    found=unknown,
+                    file=Path(self.datasets[i].meta.root) / "meta" / "info.json",
+                    fix="map this source's own feature names, e.g. keys={'<its name>': "
+                    "'<mix name>'}",
+                )
+            )
+        targets = [keys.get(k, k) for k in feats if keys.get(k, k) is not None]
+        dup = sorted({t for t in targets if targets.count(t) > 1})
+        if dup:
+            raise DatasetFormatError(
+                describe(
+                    f"The key mapping of {self._name(i)} gives two features one name",
+                    expected="distinct mix names",
+                    found=dup,
+                    fix="map or drop (None) the feature that already has that name",
+                )
+            )
+        return {k: keys.get(k, k) for k in feats}
+
+    def _layout(self, i: int) -> dict[str, dict[str, Any]]:
+        out = {}
+        for k, ft in self.datasets[i].meta.features.items():
+            name = self.renames[i][k]
+            if name is not None:
+                out[name] = {"dtype": ft.get("dtype"), "shape": list(ft.get("shape") or [])}
+        return out
+
+    def _check_fits(self, i: int) -> None:
+        ref, mine = self.features, self._layout(i)
+        meta0, meta = self.datasets[0].meta, self.datasets[i].meta
+        info = Path(meta.root) / "meta" / "info.json"
+        if meta.fps != meta0.fps:
+            raise DatasetFormatError(
+                describe(
+                    f"{self._name(i)} has another fps than source 0",
+                    expected=f"fps={meta0.fps} (source 0)",
+                    found=f"fps={meta.fps}",
+                    file=info,
+                    fix="mix datasets recorded at one frame rate (delta_timestamps and video "
+                    "times assume it); resample the dataset or leave it out",
+                )
+            )
+        missing = [k for k in ref if k not in mine]
+        extra = [k for k in mine if k not in ref]
+        if missing or extra:
+            raise DatasetFormatError(
+                describe(
+                    f"{self._name(i)} does not have the mix's features",
+                    expected=f"features {list(ref)} (source 0, after its key mapping)",
+                    found=(f"missing {missing}" if missing else "")
+                    + ("; " if missing and extra else "")
+                    + (f"extra {extra}" if extra else ""),
+                    file=info,
+                    fix="map this source's names with MixSource(keys={'<its name>': "
+                    "'<mix name>'}), or drop a feature with keys={'<its name>': None}",
+                )
+            )
+        for k, want in ref.items():
+            got = mine[k]
+            if got["shape"] != want["shape"]:
+                raise DatasetFormatError(
+                    describe(
+                        f"Feature '{k}' of {self._name(i)} has another shape than in source 0",
+                        expected=f"shape {want['shape']} (source 0)",
+                        found=f"shape {got['shape']}",
+                        file=info,
+                        fix="mix features of one shape: map another feature to this name, or "
+                        "drop it from every source (keys={'<name>': None})",
+                    )
+                )
+            kinds = {want["dtype"] in _VISUAL, got["dtype"] in _VISUAL}
+            if len(kinds) > 1 or (not kinds.pop() and got["dtype"] != want["dtype"]):
+                raise DatasetFormatError(
+                    describe(
+                        f"Feature '{k}' of {self._name(i)} has another dtype than in source 0",
+                        expected=f"dtype {want['dtype']} (source 0)",
+                        found=f"dtype {got['dtype']}",
+                        file=info,
+                        fix="map a feature of the same dtype to this name",
+                    )
+                )
+
+    # -- the pure mix order ----------------------------------------------------------------------
+    def round_sources(self, epoch: int, stream: int, round_index: int) -> np.ndarray:
+        """Sources of the ``period`` batches of a round of a mix stream (a pure function)."""
+        key = (epoch, stream, round_index)
+        got = self._round_cache.get(key)
+        if got is None:
+            ss = np.random.SeedSequence(
+                entropy=self.seed, spawn_key=(_MIX, epoch, stream, round_index)
+            )
+            base = np.repeat(np.arange(len(self.sources), dtype=np.int64), self.counts)
+            got = np.random.default_rng(ss).permutation(base)
+            if len(self._round_cache) > 64:
+                self._round_cache.clear()
+            self._round_cache[key] = got
+        return got
+
+    def source_at(self, epoch: int, stream: int, j: int) -> int:
+        """Source of batch ``j`` of mix stream ``stream`` in ``epoch`` (epoch 0 with "cycle")."""
+        r, k = divmod(j, self.period)
+        return int(self.round_sources(epoch, stream, r)[k])
+
+    def counts_before(self, epoch: int, stream: int, j: int) -> np.ndarray:
+        """Batches each source gave mix stream ``stream`` before its batch ``j`` (prefix sums)."""
+        r, k = divmod(j, self.period)
+        part = np.bincount(self.round_sources(epoch, stream, r)[:k], minlength=len(self.sources))
+        return r * self.counts + part
+
+    def source_batches(self, num_workers: int) -> list[int]:
+        """Batches per stream and epoch of each source (epoch mode)."""
+        return [ds.schedule(num_workers).batches_per_stream for ds in self.datasets]
+
+    def epoch_batches(self, epoch: int, num_workers: int) -> int | None:
+        """``J``: batches every mix stream yields in ``epoch`` ("stop"); None with "cycle"."""
+        if self.infinite:
+            return None
+        topo = Topology(self.world_size, num_workers)
+        per = self.source_batches(num_workers)
+        best = None
+        for g in range(topo.num_streams):
+            for i, n in enumerate(per):
+                c = int(self.counts[i])
+                if c == 0:
+                    continue
+                r, k = divmod(n, c)
+                at = r * self.period + int(np.flatnonzero(self.round_sources(epoch, g, r) == i)[k])
+                best = at if best is None else min(best, at)
+        return best
+
+    def batches_per_epoch(self, num_workers: int) -> int | None:
+        """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
+        j = self.epoch_batches(0, num_workers)
+        return None if j is None else j * max(num_workers, 1)
+
+    # -- start points ----------------------------------------------------------------------------
+    def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int, list]], int]:
+        """``(rotation, [(epoch, j, [(epoch, position)] per source)] per role, batches)``.
+
+        New worker ``w`` plays role ``(w + rotation) % W`` in the first iteration.
+        """
+        wp = max(num_workers, 1)
+        n = len(self.sources)
+        if self.resume_state is None:
+            return 0, [(0, 0, [(0, 0)] * n) for _ in range(wp)], 0
+        return self.resume_state.start_point(self, num_workers)
+
+    # -- streaming -------------------------------------------------------------------------------
+    def __iter__(self):
+        return self.iter_batches()
+
+    def iter_batches(self, *, image_dtype: str | None = None):
+        """This worker's mix stream as whole batches (what :meth:`dataloader` uses)."""
+        info = get_worker_info()
+        num_workers = info.num_workers if info is not None else 0
+        worker = info.id if info is not None else 0
+        wp = max(num_workers, 1)
+        slot = self._slots[worker]
+        resumed = False
+        if int(slot[1]) == 0:
+            rotation, starts, _ = self.start_point(num_workers)
+            role = (worker + rotation) % wp
+            epoch, j, positions = starts[role]
+            resumed = self.resume_state is not None
+        elif self.infinite:
+            raise RuntimeError(
+                describe(
+                    "A cycling mix (exhausted='cycle') is one endless iteration",
+                    expected="one iter() over the loader",
+                    found="a second iter()",
+                    fix="loop over one iterator and stop after a number of steps, or use "
+                    "exhausted='stop' for epochs",
+                )
+            )
+        else:
+            role, epoch, j = worker, int(slot[0]), 0
+            positions = [(epoch, 0)] * len(self.sources)
+        slot[1] = 1
+        slot[0] = epoch + 1
+        return self._generate(role, num_workers, epoch, j, positions, resumed, image_dtype)
+
+    def _generate(self, role, num_workers, epoch, j, positions, resumed, image_dtype):
+        g = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        stop = self.epoch_batches(epoch, num_workers)
+        gens: dict[int, Any] = {}
+        while stop is None or j < stop:
+            i = self.source_at(epoch, g, j)
+            it = gens.get(i)
+            if it is None:
+                it = gens[i] = self.datasets[i].stream_batches(
+                    role, num_workers, *positions[i], image_dtype=image_dtype, log_resume=resumed
+                )
+            batch = next(it, None)
+            if batch is None:  # cannot happen when the arithmetic above is right
+                raise RuntimeError(f"mix: source {i} ended early at epoch {epoch}, batch {j}")
+            j += 1
+            out = {self._rename(i, k): v for k, v in batch.items() if self._rename(i, k)}
+            out[MIX_KEY] = torch.tensor(
+                [self.rank, role, num_workers, epoch, j, i], dtype=torch.int64
+            )
+            yield out
+
+    def _rename(self, i: int, key: str) -> str | None:
+        names = self.renames[i]
+        if key in names:
+            return names[key]
+        if key.endswith("_is_pad") and key[: -len("_is_pad")] in names:
+            base = names[key[: -len("_is_pad")]]
+            return None if base is None else base + "_is_pad"
+        return key  # task, cursor
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
+        """A DataLoader of this mix's batches (as :meth:`ChunkedEpisodeDataset.dataloader`)."""
+        for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler", "collate_fn"):
+            if bad in kwargs:
+                raise ValueError(
+                    describe(
+                        f"MixedDataset.dataloader() sets {bad} itself",
+                        found=f"{bad}={kwargs[bad]!r}",
+                        fix=f"set {bad} on the mix (batches are built whole per source)",
+                    )
+                )
+        if num_workers > 0 and "multiprocessing_context" not in kwargs:
+            from . import dataset
+
+            if dataset.WORKER_START_METHOD:
+                kwargs["multiprocessing_context"] = worker_context(dataset.WORKER_START_METHOD)
+        opts = self.datasets[0].items.options
+        float_keys: tuple[str, ...] = ()
+        if (
+            num_workers > 0
+            and opts.image_dtype == "float32"
+            and opts.image_transforms is None
+            and not kwargs.get("pin_memory", False)
+        ):
+            float_keys = self.camera_keys
+        return BatchLoader(
+            _MixBatches(self, "uint8" if float_keys else None),
+            float_keys=float_keys,
+            num_workers=num_workers,
+            **kwargs,
+        )
+
+    def tracker(self) -> MixTracker:
+        """A :class:`MixTracker` for batches of this mix."""
+        return MixTracker(self)
+
+    def epochs_started(self, state: Mapping[str, Any] | MixState, num_workers: int) -> int:
+        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle")."""
+        if self.infinite:
+            return 0
+        st = MixState.from_dict(state)
+        last = max(e for _, _, e, _ in st.mix)
+        done = self.epoch_batches(last, num_workers)
+        return last + 1 if all(e == last and j >= done for _, _, e, j in st.mix) else last
+
+    def __repr__(self) -> str:
+        return (
+            f"MixedDataset(sources={len(self.sources)}, weights={self.weights}, "
+            f"period={self.period}, exhausted={self.exhausted!r}, batch_size={self.batch_size}, "
+            f"seed={self.seed}, rank={self.rank}/{self.world_size})"
+        )
+
+
+class _MixBatches(IterableDataset):
+    def __init__(self, mix: MixedDataset, image_dtype: str | None) -> None:
+        super().__init__()
+        self.mix = mix
+        self.image_dtype = image_dtype
+
+    def __iter__(self):
+        return self.mix.iter_batches(image_dtype=self.image_dtype)
+
+
+@dataclass(frozen=True)
+class MixState:
+    """Where a mix stands: each role's mix position and each source's own resume state.
+
+    Attributes:
+        fingerprint: :attr:`MixedDataset.fingerprint` of the run that made it.
+        world_size, num_workers, batches: topology and batches this rank consumed.
+        mix: ``(rank, role, epoch, j)`` per mix stream: ``j`` batches of ``epoch`` consumed.
+        sources: one :class:`ResumeState` per source (its streams' frame cursors).
+    """
+
+    fingerprint: Mapping[str, Any]
+    world_size: int
+    num_workers: int
+    batches: int
+    mix: tuple[tuple[int, int, int, int], ...]
+    sources: tuple[ResumeState, ...]
+    library_version: str = field(default_factory=library_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (same keys at every step)."""
+        return {
+            "format": MIX_FORMAT,
+            "version": MIX_VERSION,
+            "library_version": self.library_version,
+            "fingerprint": dict(self.fingerprint),
+            "world_size": self.world_size,
+            "num_workers": self.num_workers,
+            "batches": self.batches,
+            "mix": [list(m) for m in sorted(self.mix)],
+            "sources": [s.to_dict() for s in self.sources],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | MixState) -> MixState:
+        """Parse and validate a :meth:`to_dict` value."""
+        if isinstance(data, MixState):
+            return data
+        if not isinstance(data, Mapping) or data.get("format") != MIX_FORMAT:
+            raise ResumeStateError(
+                describe(
+                    "This is not a robo_resume mix state",
+                    expected=f"a dict with format={MIX_FORMAT!r} (from MixTracker.state_dict())",
+                    found=repr(data)[:120],
+                    fix="pass the value saved from the MixTracker of a MixedDataset (a single "
+                    "dataset's state resumes a ChunkedEpisodeDataset)",
+                )
+            )
+        if data.get("version") != MIX_VERSION:
+            raise ResumeStateError(
+                describe(
+                    "Unsupported mix state version",
+                    expected=f"version {MIX_VERSION}",
+                    found=f"version {data.get('version')!r}",
+                    fix="resume with the robo_resume version that wrote the state",
+                )
+            )
+        try:
+            mix = tuple(tuple(int(x) for x in m) for m in data["mix"])
+            if any(len(m) != 4 or min(m) < 0 for m in mix):
+                raise ValueError(mix)
+            return cls(
+                fingerprint=dict(data["fingerprint"]),
+                world_size=int(data["world_size"]),
+                num_workers=int(data["num_workers"]),
+                batches=int(data["batches"]),
+                mix=mix,
+                sources=tuple(ResumeState.from_dict(s) for s in data["sources"]),
+                library_version=str(data.get("library_version", "unknown")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ResumeStateError):
+                raise
+            raise ResumeStateError(
+                describe(
+                    "The mix state is malformed",
+                    expected="the unmodified dict from MixTracker.state_dict()",
+                    found=f"{type(exc).__name__}: {exc}"[:160],
+                )
+            ) from exc
+
+    def check(self, mix: MixedDataset, *, strict: bool = True) -> None:
+        """Refuse a state made for another mix (weights, sources, ...) or source options."""
+        first = ("weights", "sources", "keys", "exhausted", "seed")  # the likely causes first
+        keys = sorted(set(mix.fingerprint) | set(self.fingerprint))
+        for key in [k for k in first if k in keys] + [k for k in keys if k not in first]:
+            want, got = mix.fingerprint.get(key), self.fingerprint.get(key)
+            if want != got:
+                fix = {
+                    "weights": "resume with the weights the run was saved with; the mix position "
+                    "says how many batches each source gave under those weights, so other "
+                    "weights would replay or skip frames. To change the mix, start a new run",
+                    "period": "pass the same period (or weights) as the run that saved the state",
+                    "sources": "pass the same sources, in the same order",
+                    "keys": "pass the same key mappings as the run that saved the state",
+                }.get(key, f"pass the same {key} as the run that saved the state")
+                raise ResumeStateError(
+                    describe(
+                        f"The mix resume state was made with different '{key}'",
+                        expected=f"{key}={want!r} (this mix)",
+                        found=f"{key}={got!r} (the state)",
+                        fix=fix,
+                    )
+                )
+        if len(self.sources) != len(mix.datasets):
+            raise ResumeStateError(describe("Mix state of another number of sources"))
+        for st, ds in zip(self.sources, mix.datasets, strict=True):
+            st.check_fingerprint(ds.fingerprint, strict=strict)
+
+    def start_point(self, mix: MixedDataset, num_workers: int):
+        """See :meth:`MixedDataset.start_point`; checks the cursors against the arithmetic."""
+        if (self.world_size, self.num_workers) != (mix.world_size, num_workers):
+            raise ResumeStateError(
+                describe(
+                    "The mix resume state was recorded with a different topology",
+                    expected=f"world_size={mix.world_size}, num_workers={num_workers} (this run)",
+                    found=f"world_size={self.world_size}, num_workers={self.num_workers}",
+                    fix="resume with the same number of ranks and DataLoader workers",
+                )
+            )
+        wp = max(num_workers, 1)
+        mine = {role: (e, j) for rank, role, e, j in self.mix if rank == mix.rank}
+        if sorted(mine) != list(range(wp)):
+            raise ResumeStateError(
+                describe(
+                    "The mix state lacks positions of this rank's streams",
+                    expected=f"roles 0..{wp - 1} of rank {mix.rank}",
+                    found=sorted(mine),
+                )
+            )
+        cur = [mine[r] for r in range(wp)]
+        if not mix.infinite:
+            last = max(e for e, _ in cur)
+            done = mix.epoch_batches(last - 1, num_workers) if last else None
+            cur = [(last, 0) if e == last - 1 and j >= (done or 0) else (e, j) for e, j in cur]
+            if len({e for e, _ in cur}) != 1:
+                raise ResumeStateError(describe("Mix streams stand in different epochs", found=cur))
+            if all(j >= mix.epoch_batches(last, num_workers) for _, j in cur):
+                n = len(mix.sources)
+                return 0, [(last + 1, 0, [(last + 1, 0)] * n) for _ in range(wp)], self.batches
+        total = sum(j for _, j in cur)
+        expect = [worker_batches_done(total, num_workers, r) for r in range(wp)]
+        if [j for _, j in cur] != expect:
+            raise ResumeStateError(
+                describe(
+                    "Mix positions are not a DataLoader round-robin prefix",
+                    expected=f"batches per stream {expect}",
+                    found=[j for _, j in cur],
+                    fix="record batches with MixTracker.consume on every batch, in order",
+                )
+            )
+        topo = Topology(mix.world_size, num_workers)
+        starts = []
+        for role, (e, j) in enumerate(cur):
+            counts = mix.counts_before(e, topo.stream_id(mix.rank, role), j)
+            positions = []
+            for i, (st, ds) in enumerate(zip(self.sources, mix.datasets, strict=True)):
+                c = {x.role: x for x in st.cursors if x.rank == mix.rank}.get(role)
+                q = ds.schedule(num_workers).frames_per_stream
+                want = int(counts[i]) * mix.batch_size
+                if mix.infinite:
+                    ok = c is not None and c.epoch * q + c.position == want
+                    pos = (c.epoch, c.position) if c is not None else (0, 0)
+                elif want == 0:
+                    ok, pos = c is None or (c.epoch, c.position) <= (e, 0), (e, 0)
+                else:
+                    ok = c is not None and (c.epoch, c.position) == (e, min(want, q))
+                    pos = (e, min(want, q))
+                if not ok:
+                    raise ResumeStateError(
+                        describe(
+                            f"Source {i}'s cursor does not match the mix position",
+                            expected=f"role {role}: {want} frames of source {i} consumed at mix "
+                            f"position (epoch {e}, batch {j})",
+                            found=None if c is None else f"epoch {c.epoch}, position {c.position}",
+                            fix="pass the unmodified state from MixTracker.state_dict()",
+                        )
+                    )
+                positions.append(pos)
+            starts.append((e, j, positions))
+        return total % wp, starts, self.batches
+
+
+class MixTracker:
+    """Records, in the main process, what the training loop consumed from a mix.
+
+    :meth:`consume` keeps each role's mix position and each source stream's newest frame cursor,
+    and returns the batch without the cursor keys; :meth:`state_dict` is the JSON-safe
+    :class:`MixState` to put into the checkpoint (a collective under DDP).
+    """
+
+    def __init__(self, mix: MixedDataset) -> None:
+        self.mix = mix
+        self.num_workers: int | None = None
+        self.positions: dict[int, tuple[int, int]] = {}
+        self.cursors: list[dict[int, tuple[int, int]]] = []
+        self.source_batches: list[int] = []
+        self.batches = 0
+        self.last_source: int | None = None
+
+    def _init(self, num_workers: int) -> None:
+        _, starts, batches = self.mix.start_point(num_workers)
+        self.num_workers = num_workers
+        self.positions = {r: (e, j) for r, (e, j, _) in enumerate(starts)}
+        n = len(self.mix.sources)
+        self.cursors = [{r: s[2][i] for r, s in enumerate(starts)} for i in range(n)]
+        prev = self.mix.resume_state
+        self.source_batches = [st.batches for st in prev.sources] if prev else [0] * n
+        self.batches = batches
+
+    def update(self, batch: Mapping[str, Any]) -> None:
+        """Record a batch the training loop consumed."""
+        m = batch.get(MIX_KEY) if isinstance(batch, Mapping) else None
+        cur = batch.get(CURSOR_KEY) if isinstance(batch, Mapping) else None
+        if not isinstance(m, torch.Tensor) or m.shape != (6,) or not isinstance(cur, torch.Tensor):
+            raise ValueError(
+                describe(
+                    "The batch carries no mix cursor",
+                    expected=f"batch['{MIX_KEY}'] of shape (6,) and batch['{CURSOR_KEY}']",
+                    found=None if m is None else getattr(m, "shape", type(m).__name__),
+                    fix="pass batches of MixedDataset.dataloader() unchanged to consume()",
+                )
+            )
+        rank, role, num_workers, epoch, j, i = (int(x) for x in m)
+        if rank != self.mix.rank:
+            raise ValueError(
+                describe("A batch from another rank", expected=self.mix.rank, found=rank)
+            )
+        if self.num_workers is None:
+            self._init(num_workers)
+        elif num_workers != self.num_workers:
+            raise ValueError(
+                describe(
+                    "Batches from DataLoaders with different num_workers reached one tracker",
+                    expected=f"num_workers={self.num_workers}",
+                    found=f"num_workers={num_workers}",
+                    fix="use one tracker per DataLoader configuration",
+                )
+            )
+        self.positions[role] = (epoch, j)
+        self.cursors[i][role] = (int(cur[-1, 3]), int(cur[-1, 4]))
+        self.source_batches[i] += 1
+        self.batches += 1
+        self.last_source = i
+
+    def consume(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`update`, then the batch without the cursor keys."""
+        self.update(batch)
+        return {k: v for k, v in batch.items() if k not in (MIX_KEY, CURSOR_KEY)}
+
+    def state(self, *, gather: bool = True) -> MixState:
+        """The :class:`MixState` (all ranks' positions when DDP is initialised and gather)."""
+        if self.num_workers is None:
+            raise ResumeStateError(
+                describe(
+                    "The mix tracker has not seen a batch yet",
+                    expected="at least one consume(batch) before state_dict()",
+                    found="no batch",
+                )
+            )
+        mix, rank = self.mix, self.mix.rank
+        local = MixState(
+            fingerprint=mix.fingerprint,
+            world_size=mix.world_size,
+            num_workers=self.num_workers,
+            batches=self.batches,
+            mix=tuple((rank, r, e, j) for r, (e, j) in sorted(self.positions.items())),
+            sources=tuple(
+                ResumeState(
+                    fingerprint=ds.fingerprint,
+                    world_size=mix.world_size,
+                    num_workers=self.num_workers,
+                    batches=self.source_batches[i],
+                    cursors=tuple(
+                        StreamCursor(rank, r, e, p) for r, (e, p) in sorted(self.cursors[i].items())
+                    ),
+                )
+                for i, ds in enumerate(mix.datasets)
+            ),
+        )
+        if gather and mix.world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                parts: list[Any] = [None] * dist.get_world_size()
+                dist.all_gather_object(parts, local.to_dict())
+                states = [MixState.from_dict(p) for p in parts]
+                return MixState(
+                    fingerprint=local.fingerprint,
+                    world_size=local.world_size,
+                    num_workers=local.num_workers,
+                    batches=max(s.batches for s in states),
+                    mix=tuple(sorted(m for s in states for m in s.mix)),
+                    sources=tuple(
+                        _merge([s.sources[i] for s in states]) for i in range(len(mix.datasets))
+                    ),
+                )
+        return local
+
+    def state_dict(self, *, gather: bool = True) -> dict[str, Any]:
+        """JSON-safe mix state (see :meth:`state`)."""
+        return self.state(gather=gather).to_dict()
+
+
+def _merge(states: list[ResumeState]) -> ResumeState:
+    out = states[0]
+    for s in states[1:]:
+        out = out.merged(s)
+    return out

@@ -1,0 +1,257 @@
+"""MixedDataset: weighted, seeded mixing of several datasets with exact per-source resume.
+
+Resume checks compare the exact sequence of (source, index batch) of an interrupted-and-resumed
+run with an uninterrupted one, batch boundaries included. Nothing is sorted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from robo_resume import DatasetFormatError, ResumeStateError
+from robo_resume.mix import MixedDataset, MixSource
+
+A_LENGTHS = (23, 41, 17, 30, 9)  # v3.0, 120 frames
+B_LENGTHS = (19, 27, 12, 33)  # v2.1, 91 frames
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def roots(factory):
+    a = factory(episode_lengths=A_LENGTHS, num_cameras=0).root
+    b = factory(version="v2.1", episode_lengths=B_LENGTHS, num_cameras=0).root
+    return a, b
+
+
+def make_mix(roots, weights=(1, 3), **kw):
+    a, b = roots
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("chunk_frames", 8)
+    return MixedDataset([MixSource(a, weights[0]), MixSource(b, weights[1])], **kw)
+
+
+def consume(make, *, num_workers, epochs=1, stop_after=None, **kw):
+    """Run a loop; return [(source, indices)] and the tracker state at ``stop_after``."""
+    mix = make(**kw)
+    tracker = mix.tracker()
+    loader = mix.dataloader(num_workers=num_workers)
+    out = []
+    for _ in range(epochs):
+        for batch in loader:
+            batch = tracker.consume(batch)
+            out.append((tracker.last_source, batch["index"].tolist()))
+            if stop_after is not None and len(out) == stop_after:
+                return out, json.loads(json.dumps(tracker.state_dict()))
+    return out, None
+
+
+def assert_exact(full, before, after, what):
+    got = before + after
+    assert len(got) == len(full), f"{what}: {len(got)} batches, expected {len(full)}"
+    for k, (a, b) in enumerate(zip(got, full, strict=True)):
+        assert a == b, f"{what}: batch {k} is {a}, uninterrupted run had {b}"
+
+
+def test_order_is_pure_deterministic_and_weighted(roots):
+    mix = make_mix(roots, weights=(1, 3), seed=3)
+    assert mix.period == 4 and mix.counts.tolist() == [1, 3]
+    n = 400
+    run1, _ = consume(lambda **k: make_mix(roots, seed=3, **k), num_workers=0, stop_after=n)
+    run2, _ = consume(lambda **k: make_mix(roots, seed=3, **k), num_workers=0, stop_after=n)
+    assert run1 == run2
+    sources = [s for s, _ in run1]
+    assert Counter(sources) == {0: 100, 1: 300}  # exact per round of 4 batches
+    assert sources == [mix.source_at(0, 0, j) for j in range(n)]
+    for j in (0, 1, 7, 250, 399):  # prefix counts are arithmetic
+        assert mix.counts_before(0, 0, j).tolist() == [sources[:j].count(i) for i in (0, 1)]
+    other, _ = consume(lambda **k: make_mix(roots, seed=4, **k), num_workers=0, stop_after=n)
+    assert [s for s, _ in other] != sources
+    # Non-integral weights: rounds of 100 batches, 30/70 in each; within 1% over any window.
+    mix = make_mix(roots, weights=(0.3, 0.7), seed=1)
+    assert mix.period == 100 and mix.counts.tolist() == [30, 70]
+    seq = [mix.source_at(0, 1, j) for j in range(1000)]
+    assert seq.count(0) == 300
+    assert abs(seq[:550].count(0) / 550 - 0.3) < 0.01
+    # Same order in another process (no hidden state, no hash randomisation).
+    a, b = roots
+    code = (
+        "from robo_resume.mix import MixedDataset as M, MixSource as S;"
+        f"m = M([S({str(a)!r}, 0.3), S({str(b)!r}, 0.7)], batch_size=4, seed=1);"
+        "print([m.source_at(0, 1, j) for j in range(1000)])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(seq)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_cycle_exact(roots, num_workers):
+    kw = dict(seed=5, exhausted="cycle")
+
+    def make(**extra):
+        return make_mix(roots, **kw, **extra)
+
+    total = 90  # source 1 (91 frames, 3/4 of the batches) cycles through ~2.5 epochs
+    full, _ = consume(make, num_workers=num_workers, stop_after=total)
+    for s in (1, 7, 24, 61):
+        before, state = consume(make, num_workers=num_workers, stop_after=s)
+        assert sum(c[3] for c in state["mix"]) == s  # batches each mix stream gave
+        after, _ = consume(make, num_workers=num_workers, stop_after=total - s, resume_state=state)
+        assert_exact(full, before, after, f"cycle W={num_workers} s={s}")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_stop_exact_over_epochs(roots, num_workers):
+    kw = dict(seed=2, exhausted="stop", drop_last=num_workers == 2)
+
+    def make(**extra):
+        return make_mix(roots, **kw, **extra)
+
+    per_epoch = make().batches_per_epoch(num_workers)
+    full, _ = consume(make, num_workers=num_workers, epochs=2)
+    assert len(full) == 2 * per_epoch
+    for s in (1, per_epoch // 2 + 1, per_epoch, per_epoch + 3):
+        before, state = consume(make, num_workers=num_workers, epochs=2, stop_after=s)
+        left = 2 - make().epochs_started(state, num_workers)
+        after, _ = consume(make, num_workers=num_workers, epochs=left, resume_state=state)
+        assert_exact(full, before, after, f"stop W={num_workers} s={s}")
+
+
+def test_state_records_each_source_position(roots):
+    run, state = consume(lambda **k: make_mix(roots, seed=0, **k), num_workers=0, stop_after=9)
+    frames = [sum(len(b) for s, b in run if s == i) for i in (0, 1)]
+    assert state["format"] == "robo_resume.mix_state" and state["mix"] == [[0, 0, 0, 9]]
+    mix = make_mix(roots, seed=0)
+    for i, src in enumerate(state["sources"]):
+        assert src["format"] == "robo_resume.state"
+        ((_, _, epoch, position),) = src["cursors"]
+        q = mix.datasets[i].schedule(0).frames_per_stream
+        assert epoch * q + position == frames[i]  # where this source stands, not a global count
+        assert src["batches"] == sum(1 for s, _ in run if s == i)
+
+
+def test_exhausted_stop_and_cycle(roots):
+    # "stop": one mix epoch ends when the first source runs out; nothing repeats in it.
+    mix = make_mix(roots, weights=(1, 3), seed=0, exhausted="stop")
+    run, _ = consume(lambda **k: make_mix(roots, seed=0, exhausted="stop", **k), num_workers=0)
+    per_source = {i: [x for s, b in run if s == i for x in b] for i in (0, 1)}
+    assert sorted(per_source[1]) == list(range(sum(B_LENGTHS)))  # source 1 ran out: all of it
+    assert len(set(per_source[0])) == len(per_source[0]) < sum(A_LENGTHS)
+    assert len(run) == mix.batches_per_epoch(0)
+    # the next iter() is the next mix epoch: every source starts its next epoch
+    two, _ = consume(
+        lambda **k: make_mix(roots, seed=0, exhausted="stop", **k), num_workers=0, epochs=2
+    )
+    assert two[: len(run)] == run and two[len(run) :] != run
+    # "cycle": the exhausted source starts its next epoch (a new order), the mix goes on.
+    run, _ = consume(lambda **k: make_mix(roots, seed=0, **k), num_workers=0, stop_after=80)
+    b = [x for s, bt in run if s == 1 for x in bt]
+    n = sum(B_LENGTHS)
+    assert len(b) > 2 * n
+    assert sorted(b[:n]) == sorted(b[n : 2 * n]) == list(range(n))
+    assert b[:n] != b[n : 2 * n]
+    with pytest.raises(ValueError, match=r"Unknown exhausted mode.*Expected cycle or stop"):
+        make_mix(roots, exhausted="repeat")
+
+
+def test_changed_weight_on_resume_is_refused(roots):
+    _, state = consume(lambda **k: make_mix(roots, seed=0, **k), num_workers=0, stop_after=5)
+    with pytest.raises(
+        ResumeStateError,
+        match=r"different 'weights'.*Expected weights=\[1\.0, 2\.0\] \(this mix\)"
+        r".*Found weights=\[1\.0, 3\.0\] \(the state\).*Fix: resume with the weights",
+    ):
+        make_mix(roots, weights=(1, 2), seed=0, resume_state=state)
+    with pytest.raises(ResumeStateError, match=r"different 'seed'"):
+        make_mix(roots, seed=1, resume_state=state)
+    with pytest.raises(ResumeStateError, match=r"made for a different 'plan'"):
+        make_mix(roots, seed=0, chunk_frames=9, resume_state=state)  # a source's own check
+    mix = make_mix(roots, seed=0, resume_state=state)
+    with pytest.raises(ResumeStateError, match=r"different topology.*num_workers=2"):
+        next(iter(mix.dataloader(num_workers=2)))
+    with pytest.raises(ResumeStateError, match=r"not a robo_resume mix state"):
+        make_mix(roots, resume_state=state["sources"][0])
+
+
+def test_feature_mismatch_errors(roots, factory):
+    a, b = roots
+    wide = factory(episode_lengths=(9, 12), num_cameras=0, state_dim=6).root
+    fast = factory(episode_lengths=(9, 12), num_cameras=0, fps=15).root
+    cam = factory(episode_lengths=(9, 12), num_cameras=1, codec="h264", gop=250).root
+    bs = dict(batch_size=4)
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"Feature 'observation.state' of source 1 .* has another shape.*"
+        r"Expected shape \[4\] \(source 0\).*Found shape \[6\].*Fix: ",
+    ):
+        MixedDataset([MixSource(a), MixSource(wide)], batch_size=4)
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"source 1 .* has another fps.*Expected fps=10 \(source 0\).*Found fps=15.*Fix: ",
+    ):
+        MixedDataset([MixSource(a), MixSource(fast)], batch_size=4)
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"source 1 .* does not have the mix's features.*"
+        r"Found extra \['observation.images.cam0'\].*Fix: map this source's names",
+    ):
+        MixedDataset([MixSource(a), MixSource(cam)], batch_size=4)
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"source 1 .* does not have the mix.s features.*"
+        r"Found missing \['observation.images.cam0'\]",
+    ):
+        MixedDataset([MixSource(cam), MixSource(a)], batch_size=4)
+    with pytest.raises(
+        DatasetFormatError, match=r"names features it does not have.*Found \['observation.top'\]"
+    ):
+        MixedDataset([MixSource(a), MixSource(b, keys={"observation.top": "x"})], batch_size=4)
+    with pytest.raises(DatasetFormatError, match=r"gives two features one name.*\['action'\]"):
+        MixedDataset([MixSource(a), MixSource(b, keys={"observation.state": "action"})], **bs)
+    # dropping the extra camera makes the layouts fit
+    mix = MixedDataset(
+        [MixSource(a), MixSource(cam, keys={"observation.images.cam0": None})], batch_size=4
+    )
+    assert mix.camera_keys == ()
+
+
+def test_key_mapping_renames_cameras_v30_and_v21(factory):
+    from robo_resume.testing import decode_frame_identity
+
+    one = factory(episode_lengths=(9, 7), num_cameras=1, codec="h264", gop=250)
+    two = factory(version="v2.1", episode_lengths=(8, 6), num_cameras=2, codec="h264", gop=250)
+    top = "observation.images.top"
+    mix = MixedDataset(
+        [
+            MixSource(one.root, keys={"observation.images.cam0": top}),
+            MixSource(
+                two.root,
+                keys={"observation.images.cam1": top, "observation.images.cam0": None},
+            ),
+        ],
+        batch_size=3,
+        seed=1,
+        delta_timestamps={top: [-0.1, 0.0]},
+        image_dtype="uint8",
+    )
+    assert mix.camera_keys == (top,)
+    tracker = mix.tracker()
+    seen = set()
+    for step, batch in enumerate(mix.dataloader(num_workers=0)):
+        batch = tracker.consume(batch)
+        assert sorted(batch) == sorted(
+            ["observation.state", "action", top, f"{top}_is_pad", "timestamp", "frame_index",
+             "episode_index", "index", "task_index", "task"]
+        )  # fmt: skip
+        ep, fr = batch["episode_index"][0].item(), batch["frame_index"][0].item()
+        img = batch[top][0, 1]  # the current frame of the window
+        assert decode_frame_identity(img) == (ep, fr, tracker.last_source)  # cam1 of source 1
+        seen.add(tracker.last_source)
+        if step == 12:
+            break
+    assert seen == {0, 1}
