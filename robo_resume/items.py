@@ -10,6 +10,7 @@ decoder per camera open, so a range is built with one parquet read and one seek 
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,6 +138,9 @@ class ItemBuilder:
         self._cameras = frozenset(meta.camera_keys)
         self._tables: dict[str, ParquetTable] = {}
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
+        self.decoder_threads = self.options.decoder_threads
+        self.camera_threads = 1  # cameras decoded concurrently (the stream sets it)
+        self._pool: tuple[int, Any] | None = None  # (pid, ThreadPoolExecutor)
         rows: dict[str, int] = {}
         for ep in meta.episodes:
             rows[ep.data_path] = rows.get(ep.data_path, 0) + ep.length
@@ -153,6 +157,7 @@ class ItemBuilder:
         state = self.__dict__.copy()
         state["_tables"] = {}
         state["_idle"] = OrderedDict()
+        state["_pool"] = None
         state["_checked"] = set()
         state["_videos_checked"] = set()
         return state
@@ -199,7 +204,7 @@ class ItemBuilder:
         if best is None:
             return VideoReader(
                 path,
-                threads=self.options.decoder_threads,
+                threads=self.decoder_threads,
                 cache_frames=cache_frames,
                 episode=episode,
             )
@@ -215,6 +220,21 @@ class ItemBuilder:
                 camera, reader.info(), file=reader.path, episode=reader.episode
             )
             self._videos_checked.add(key)
+
+    def map_cameras(self, fn: Callable[[str], Any], cameras: Sequence[str]) -> list[Any]:
+        """``[fn(cam) for cam in cameras]``, on ``camera_threads`` threads when above 1.
+
+        PyAV decodes and converts frames without holding the GIL, so the cameras of one range
+        decode in parallel. Each camera has its own decoder; nothing else is shared.
+        """
+        if self.camera_threads <= 1 or len(cameras) < 2:
+            return [fn(cam) for cam in cameras]
+        pid = os.getpid()
+        if self._pool is None or self._pool[0] != pid:  # none yet, or inherited over a fork
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = (pid, ThreadPoolExecutor(self.camera_threads, "robo_resume-decode"))
+        return list(self._pool[1].map(fn, cameras))
 
     def release(self, reader: VideoReader) -> None:
         """Keep ``reader`` open for reuse; the oldest idle decoders beyond the limit close."""
@@ -238,9 +258,9 @@ class ItemBuilder:
 
         Cameras become ``(..., C, H, W)`` tensors (float32 in [0, 1], or uint8 when
         ``image_dtype`` or the options say so) with ``image_transforms`` applied item by item,
-        data columns get lerobot's dtypes, ``task`` becomes a list of strings. One strided copy
-        per camera, written straight into shared memory when ``shared`` (a DataLoader worker:
-        the batch then crosses to the main process without another copy).
+        data columns get lerobot's dtypes, ``task`` becomes a list of strings. At most one copy
+        per camera (the float conversion), written straight into shared memory when ``shared``
+        (a DataLoader worker: the batch then crosses to the main process without another copy).
         """
         dtype = torch.float32 if (image_dtype or self.options.image_dtype) == "float32" else None
         transform = self.options.image_transforms
@@ -248,8 +268,10 @@ class ItemBuilder:
         out: dict[str, Any] = {}
         for key, v in raw.items():
             if key in self._cameras:
-                t = torch.from_numpy(v)
-                t = t.permute(*range(t.dim() - 3), -1, -3, -2)  # (..., H, W, C) -> (..., C, H, W)
+                t = torch.from_numpy(v)  # (..., C, H, W) uint8
+                if transform is None and dtype is None and not shared:
+                    out[key] = t  # already in place: no copy
+                    continue
                 if transform is None:
                     dst = _empty(t.shape, dtype or torch.uint8, shared)
                     dst.copy_(t)
@@ -323,7 +345,7 @@ class EpisodeRangeReader:
             else (np.arange(self.lo, self.hi, dtype=np.float64) / meta.fps)
         )
         if cache_frames is None:
-            cache_frames = builder.window_before + 2
+            cache_frames = builder.window_before  # look-back windows; nothing else re-reads
         self._cache_frames = cache_frames
         self.videos: dict[str, VideoReader] = {}  # acquired from the builder on first use
 
@@ -375,15 +397,17 @@ class EpisodeRangeReader:
         """The items of ``frames`` as numpy columns, before :meth:`ItemBuilder.finish`.
 
         Every value has the frames along its first axis, in the key order of an item. Camera
-        frames stay RGB uint8 ``(..., H, W, 3)`` as decoded; ``task`` holds task indices. Rows of
+        frames are RGB uint8 ``(..., 3, H, W)``; ``task`` holds task indices. Rows of
         several calls can be concatenated and reordered with plain numpy (memory copies) before
         the one conversion to tensors, which is what the streaming path does per batch.
         """
         frames = np.asarray(frames, dtype=np.int64)
         if frames.size == 0:
             return {}
-        if frames[0] < self.start or frames[-1] >= self.stop or (
-            frames.size > 1 and np.any(np.diff(frames) <= 0)
+        if (
+            frames[0] < self.start
+            or frames[-1] >= self.stop
+            or (frames.size > 1 and np.any(np.diff(frames) <= 0))
         ):
             raise IndexError(
                 describe(
@@ -403,8 +427,11 @@ class EpisodeRangeReader:
             raw = frames[:, None] + d[None, :]
             query[key] = np.clip(raw, 0, length - 1)
             pads[f"{key}_is_pad"] = (raw < 0) | (raw >= length)
-        for cam in self.ep.videos:
-            out[cam] = self._images(cam, query.get(cam), frames)
+        cams = list(self.ep.videos)
+        for cam in cams:
+            self._video(cam)  # acquire decoders here, not on the decoding threads
+        images = b.map_cameras(lambda cam: self._images(cam, query.get(cam), frames), cams)
+        out.update(zip(cams, images, strict=True))
         for c in b.columns:
             out[c] = self.rows[c][query[c] - self.lo if c in query else local]
         out.update(pads)
@@ -413,26 +440,32 @@ class EpisodeRangeReader:
             out["task"] = np.asarray(task_col[local], dtype=np.int64)
         return out
 
-    def _images(self, cam: str, q: np.ndarray | None, frames: np.ndarray) -> np.ndarray:
-        """Decoded RGB uint8 frames a camera needs: ``(n, H, W, 3)``, or ``(n, w, H, W, 3)``."""
-        ref = self.ep.videos[cam]
-        wanted = q if q is not None else frames
-        uniq = np.unique(wanted) if q is not None else frames
-        times = ref.from_timestamp + self.timestamps[uniq - self.lo]
+    def _video(self, cam: str) -> VideoReader:
         video = self.videos.get(cam)
         if video is None:
             video = self.videos[cam] = self.builder.video(
-                self.builder.meta.root / ref.path,
+                self.builder.meta.root / self.ep.videos[cam].path,
                 episode=self.ep.episode_index,
                 cache_frames=self._cache_frames,
             )
             self.builder.check_video(cam, video)
-        decoded = video.frames_at(
-            times, tolerance_s=self.builder.options.tolerance_s, frame_numbers=uniq.tolist()
+        return video
+
+    def _images(self, cam: str, q: np.ndarray | None, frames: np.ndarray) -> np.ndarray:
+        """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``."""
+        ref = self.ep.videos[cam]
+        wanted = q if q is not None else frames
+        uniq = np.unique(wanted) if q is not None else frames
+        times = ref.from_timestamp + self.timestamps[uniq - self.lo]
+        decoded = self._video(cam).frames_at(
+            times,
+            tolerance_s=self.builder.options.tolerance_s,
+            frame_numbers=uniq.tolist(),
+            channels_first=True,
         )
         if q is None:
             return decoded
-        out = decoded[np.searchsorted(uniq, wanted)]  # (n, w, H, W, 3)
+        out = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
         return out[:, 0] if out.shape[1] == 1 else out  # lerobot squeezes a single frame
 
 

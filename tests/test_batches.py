@@ -8,6 +8,7 @@ same dtypes, shapes and values. Nothing is sorted.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,3 +110,61 @@ def test_collate_fn_gives_an_item_loader(two_cams):
 def test_pin_memory_keeps_float_conversion_in_the_worker(two_cams):
     ds = ChunkedEpisodeDataset(two_cams, batch_size=4)
     assert ds.dataloader(num_workers=2, pin_memory=True).float_keys == ()
+
+
+@pytest.mark.parametrize("codec", ["av1", "h264", "mpeg4"])
+def test_planar_decode_equals_rgb24(factory, codec):
+    """Channels-first frames (FFmpeg's planar gbrp) equal rgb24 frames transposed, exactly."""
+    from robo_resume.format.video import VideoReader
+
+    ds = factory(codec=codec, gop=5, num_cameras=1, episode_lengths=(30,))
+    path = next(ds.root.glob("videos/**/*.mp4"))
+    times = [i / ds.fps for i in range(0, 30, 3)]
+    with VideoReader(path) as a, VideoReader(path) as b:
+        hwc = a.frames_at(times)
+        chw = b.frames_at(times, channels_first=True)
+    assert chw.shape == (len(times), 3, *hwc.shape[1:3])
+    assert np.array_equal(chw, hwc.transpose(0, 3, 1, 2))
+
+
+def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch):
+    """If FFmpeg's planar conversion differs from rgb24 on the first frame, rgb24 is used."""
+    import robo_resume.format.video as video
+
+    ds = factory(codec="h264", gop=5, num_cameras=1, episode_lengths=(30,))
+    path = next(ds.root.glob("videos/**/*.mp4"))
+    monkeypatch.setattr(video, "_PLANAR_OK", {})
+    real = video.planar_rgb
+
+    def skewed(frame, out):  # an FFmpeg whose gbrp output is off by one
+        class Skewed:
+            def __getattr__(self, name):
+                return getattr(frame, name)
+
+            def reformat(self, **kw):
+                g = frame.reformat(**kw)
+                return g if kw.get("format") != "gbrp" else _OffByOne(g)
+
+        real(Skewed(), out)
+
+    monkeypatch.setattr(video, "planar_rgb", skewed)
+    with video.VideoReader(path) as a, video.VideoReader(path) as b:
+        hwc = a.frames_at([0.0, 0.1, 0.2])
+        chw = b.frames_at([0.0, 0.1, 0.2], channels_first=True)
+    assert list(video._PLANAR_OK.values()) == [False]
+    assert np.array_equal(chw, hwc.transpose(0, 3, 1, 2))
+
+
+class _OffByOne:
+    """A gbrp frame whose planes are all shifted by one value."""
+
+    def __init__(self, frame):
+        self.planes = []
+        for p in frame.planes:
+            shifted = _Plane(((np.frombuffer(p, np.uint8).astype(np.int16) + 1) % 256).tobytes())
+            shifted.line_size = p.line_size
+            self.planes.append(shifted)
+
+
+class _Plane(bytearray):
+    line_size: int

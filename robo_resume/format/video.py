@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import os
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import CorruptFileError, MissingFileError, VideoDecodeError, describe
 
-__all__ = ["VideoReader", "VideoStreamInfo", "probe_video"]
+__all__ = ["VideoReader", "VideoStreamInfo", "planar_rgb", "probe_video"]
 
 # Open readers of this process. A forked child (a DataLoader worker) inherits their containers,
 # whose FFmpeg decoder threads do not exist in the child: closing or garbage-collecting them
@@ -94,6 +94,7 @@ class VideoReader:
         self._last_time = None  # time of the last decoded frame (seconds)
         self._cache: OrderedDict[float, np.ndarray] = OrderedDict()
         self._time_base = 0.0
+        self._cache_layout = False  # channels_first of the cached images
         self.seeks = 0  # number of seeks done (for tests and profiling)
         self.decoded = 0  # number of frames decoded
 
@@ -265,8 +266,13 @@ class VideoReader:
         *,
         tolerance_s: float = 1e-4,
         frame_numbers: list[int] | None = None,
+        channels_first: bool = False,
     ) -> np.ndarray:
         """Return RGB uint8 frames ``(n, H, W, 3)`` shown at ``timestamps`` (seconds, in the file).
+
+        With ``channels_first`` the frames are ``(n, 3, H, W)`` with the same values, converted
+        by FFmpeg straight to planar RGB (see :func:`planar_rgb`), which saves the slow
+        interleaved-to-planar copy torch needs for lerobot's ``(C, H, W)`` layout.
 
         ``timestamps`` must be non-decreasing. A frame matches a timestamp when their times
         differ by less than ``tolerance_s`` (lerobot's default is 1e-4 s). Raises
@@ -283,7 +289,7 @@ class VideoReader:
         filled = np.zeros(n, dtype=bool)
 
         # 1) frames still in the cache (look-back windows)
-        if self._cache:
+        if self._cache and self._cache_layout == channels_first:
             keys = list(self._cache)
             for i, t in enumerate(ts.tolist()):
                 j = bisect.bisect_left(keys, t - tolerance_s)
@@ -303,7 +309,7 @@ class VideoReader:
         if (
             self._frames is None
             or self._last_time is None
-            or first < self._last_time - tolerance_s
+            or first < self._last_time + tolerance_s  # at or before a frame already passed
             or first - self._last_time > self.seek_threshold_s
         ):
             self._seek(first)
@@ -312,7 +318,7 @@ class VideoReader:
             fresh_seek = False
         keep_from = first - tolerance_s
         tb = self._time_base
-        remember = self.cache_frames > 0
+        recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
 
         k, m = 0, len(pending)
         while k < m:
@@ -330,16 +336,33 @@ class VideoReader:
             self._last_time = t
             if t < keep_from:
                 continue
-            image = frame.to_ndarray(format="rgb24")
-            if remember:
-                self._remember(t, image)
-            if out is None:
-                out = np.empty((n, *image.shape), dtype=np.uint8)
-            while k < m and abs(want[pending[k]] - t) < tolerance_s:
-                out[pending[k]] = image
+            if abs(want[pending[k]] - t) < tolerance_s:
+                if out is None:
+                    h, w = frame.height, frame.width
+                    out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
+                image = out[pending[k]]
+                if channels_first:
+                    planar_rgb(frame, image)
+                else:
+                    image[...] = frame.to_ndarray(format="rgb24")
                 k += 1
-            if k < m and want[pending[k]] < t - tolerance_s:
+                while k < m and abs(want[pending[k]] - t) < tolerance_s:
+                    out[pending[k]] = image
+                    k += 1
+            elif want[pending[k]] < t - tolerance_s:
                 self._raise_missing(ts, pending[k], frame_numbers, near=t)
+            elif recent.maxlen:  # decoded on the way to a wanted frame: kept for look-backs
+                image = frame.to_ndarray(format="rgb24")
+                image = image.transpose(2, 0, 1) if channels_first else image
+            else:
+                continue
+            if recent.maxlen:
+                recent.append((t, image))
+        if recent and self._cache_layout != channels_first:
+            self._cache.clear()
+            self._cache_layout = channels_first
+        for t, image in recent:  # copies: the cache must not keep `out` alive
+            self._remember(t, np.ascontiguousarray(image).copy())
         return out
 
     def _raise_missing(self, ts, i, frame_numbers, *, end: bool = False, near: float | None = None):
@@ -362,6 +385,34 @@ class VideoReader:
                 "download it again, or raise tolerance_s if timestamps are slightly off",
             )
         )
+
+
+_PLANAR_OK: dict[tuple[str, int, int], bool] = {}
+
+
+def planar_rgb(frame, out: np.ndarray) -> None:
+    """Write a decoded frame into ``out`` ``(3, H, W)`` as RGB, equal to ``rgb24`` transposed.
+
+    FFmpeg converts to planar GBR (``gbrp``) and the planes are copied into place. The first
+    frame of every (pixel format, size) in a process is also converted the usual way
+    (``rgb24``, what lerobot uses) and compared; where the two differ by a single value
+    (another FFmpeg build or CPU path), that format falls back to ``rgb24`` plus a transpose.
+    """
+    key = (frame.format.name, frame.width, frame.height)
+    ok = _PLANAR_OK.get(key)
+    if ok is False:
+        out[...] = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
+        return
+    h, w = frame.height, frame.width
+    g = frame.reformat(format="gbrp")
+    for dst, plane in ((0, 2), (1, 0), (2, 1)):  # gbrp planes are G, B, R
+        p = g.planes[plane]
+        out[dst] = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:h, :w]
+    if ok is None:
+        reference = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
+        _PLANAR_OK[key] = bool(np.array_equal(reference, out))
+        if not _PLANAR_OK[key]:
+            out[...] = reference
 
 
 def probe_video(path: str | Path) -> VideoStreamInfo:
