@@ -36,11 +36,11 @@ def make_mix(roots, weights=(1, 3), **kw):
     return MixedDataset([MixSource(a, weights[0]), MixSource(b, weights[1])], **kw)
 
 
-def consume(make, *, num_workers, epochs=1, stop_after=None, **kw):
+def consume(make, *, num_workers, epochs=1, stop_after=None, loader_kwargs=None, **kw):
     """Run a loop; return [(source, indices)] and the tracker state at ``stop_after``."""
     mix = make(**kw)
     tracker = mix.tracker()
-    loader = mix.dataloader(num_workers=num_workers)
+    loader = mix.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
     out = []
     for _ in range(epochs):
         for batch in loader:
@@ -113,12 +113,14 @@ def test_resume_stop_exact_over_epochs(roots, num_workers):
         return make_mix(roots, **kw, **extra)
 
     per_epoch = make().batches_per_epoch(num_workers)
-    full, _ = consume(make, num_workers=num_workers, epochs=2)
+    # persistent workers: each iter() is still the next mix epoch (and it saves worker starts)
+    run = dict(num_workers=num_workers, loader_kwargs=dict(persistent_workers=num_workers > 0))
+    full, _ = consume(make, epochs=2, **run)
     assert len(full) == 2 * per_epoch
     for s in (per_epoch // 2 + 1, per_epoch, per_epoch + 3):
-        before, state = consume(make, num_workers=num_workers, epochs=2, stop_after=s)
+        before, state = consume(make, epochs=2, stop_after=s, **run)
         left = 2 - make().epochs_started(state, num_workers)
-        after, _ = consume(make, num_workers=num_workers, epochs=left, resume_state=state)
+        after, _ = consume(make, epochs=left, resume_state=state, **run)
         assert_exact(full, before, after, f"stop W={num_workers} s={s}")
 
 
