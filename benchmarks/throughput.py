@@ -135,38 +135,50 @@ def run_lerobot(case: Case, workers: int, delta: bool, warmup: int, batches: int
         delta_timestamps=case.delta if delta else None,
         video_backend="pyav",
     )
+    from robo_resume import worker_context
+
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=BATCH, shuffle=True, num_workers=workers, drop_last=True
+        ds,
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        drop_last=True,
+        # this process decodes too (the ceiling): fork would inherit FFmpeg's threads
+        multiprocessing_context=worker_context() if workers else None,
     )
     return _drain(loader, warmup, batches)
 
 
 def run_ceiling(case: Case, frames: int) -> float:
-    """Frames (all cameras) per second of a plain sequential decode of the case's videos."""
+    """Frames (all cameras) per second of a plain sequential decode of the case's videos.
+
+    The same content as the loaders see: every selected episode's video (the mp4 its frames
+    are in) contributes its share of ``frames``, decoded from the start of the episode's range
+    in the file, in order, to RGB uint8 arrays (FFmpeg's default threading), no dataset around.
+    """
     import av
 
-    cams = max(len(case.meta.camera_keys), 1)
-    by_cam: dict[str, list[str]] = {}
-    for e in case.episodes or [e.episode_index for e in case.meta.episodes]:
-        for cam, ref in case.meta.episode(e).videos.items():
-            p = str(case.root / ref.path)
-            if p not in by_cam.setdefault(cam, []):
-                by_cam[cam].append(p)
+    eps = case.episodes or [e.episode_index for e in case.meta.episodes]
+    share = -(-frames // len(eps))
     t = time.perf_counter()
-    for paths in by_cam.values():  # decode `frames` frames of every camera
-        left = frames
-        for p in itertools.cycle(paths):
-            with av.open(p) as c:
+    done = 0
+    for e in eps:
+        for ref in case.meta.episode(e).videos.values():
+            with av.open(str(case.root / ref.path)) as c:
                 s = c.streams.video[0]
                 s.thread_type = "AUTO"
+                if ref.from_timestamp > 0:
+                    c.seek(int(ref.from_timestamp / s.time_base), stream=s)
+                left = share
                 for fr in c.decode(s):
+                    if fr.time < ref.from_timestamp - 1e-4:
+                        continue
                     fr.to_ndarray(format="rgb24")
                     left -= 1
                     if left == 0:
                         break
-            if left == 0:
-                break
-    return frames / (time.perf_counter() - t) if cams else 0.0
+        done += share
+    return done / (time.perf_counter() - t)
 
 
 def measure(case: Case, args) -> list[dict]:

@@ -23,7 +23,13 @@ import numpy as np
 
 from ..errors import CorruptFileError, MissingFileError, VideoDecodeError, describe
 
-__all__ = ["VideoReader", "VideoStreamInfo", "planar_rgb", "probe_video"]
+__all__ = [
+    "VideoReader",
+    "VideoStreamInfo",
+    "decoded_in_this_process",
+    "planar_rgb",
+    "probe_video",
+]
 
 # Open readers of this process. A forked child (a DataLoader worker) inherits their containers,
 # whose FFmpeg decoder threads do not exist in the child: closing or garbage-collecting them
@@ -31,6 +37,17 @@ __all__ = ["VideoReader", "VideoStreamInfo", "planar_rgb", "probe_video"]
 # unfinalized, and its readers reopen their files lazily.
 _OPEN: weakref.WeakSet = weakref.WeakSet()
 _INHERITED: list = []
+_DECODING_PIDS: set[int] = set()
+
+
+def decoded_in_this_process() -> bool:
+    """True once this process (not merely its parent) has opened a video decoder.
+
+    FFmpeg's decoder threads do not survive ``fork``: a DataLoader forked from such a process
+    can crash its workers, so :meth:`ChunkedEpisodeDataset.dataloader` then starts them from a
+    forkserver instead.
+    """
+    return os.getpid() in _DECODING_PIDS
 
 
 def _detach_after_fork() -> None:
@@ -117,7 +134,8 @@ class VideoReader:
 
     def close(self) -> None:
         """Close the container; the reader can be used again (it reopens lazily)."""
-        _OPEN.discard(self)
+        if _OPEN is not None:  # None while the interpreter shuts down
+            _OPEN.discard(self)
         if self._container is not None:
             try:
                 self._container.close()
@@ -178,6 +196,7 @@ class VideoReader:
         self._container = container
         self._stream = stream
         _OPEN.add(self)
+        _DECODING_PIDS.add(os.getpid())
         return container
 
     def info(self) -> VideoStreamInfo:
