@@ -12,6 +12,7 @@ empty or duplicated episodes, and (v3.0) ``dataset_to_index - dataset_from_index
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -268,10 +269,17 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+@functools.lru_cache(maxsize=65536)
+def _posix_inside(rel: str) -> str | None:
+    """``rel`` as a POSIX path, or None if it is absolute or climbs out with ``..``."""
+    p = Path(rel)
+    return None if p.is_absolute() or ".." in p.parts else p.as_posix()
+
+
 def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
     """Refuse paths that escape the dataset root (``..`` or absolute)."""
-    p = Path(rel)
-    if p.is_absolute() or ".." in p.parts:
+    posix = _posix_inside(rel)  # cached: v3.0 episodes share a few files
+    if posix is None:
         raise DatasetFormatError(
             describe(
                 f"A {what} path escapes the dataset root",
@@ -282,7 +290,7 @@ def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
                 fix="fix data_path/video_path in meta/info.json",
             )
         )
-    return p.as_posix()
+    return posix
 
 
 def _format_path(template: str, root: Path, *, what: str, episode: int, **fields: Any) -> str:
