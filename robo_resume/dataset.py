@@ -21,8 +21,9 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +31,17 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .errors import ResumeStateError, describe
+from .elastic import Layout, Level, build_layout, replan
+from .errors import (
+    CorruptFileError,
+    MetadataMismatchError,
+    MissingFileError,
+    ResumeStateError,
+    VideoDecodeError,
+    describe,
+)
 from .format.metadata import DatasetMeta, load_metadata
-from .format.video import VideoReader
+from .format.video import VideoReader, decoded_in_this_process
 from .hub import resolve_dataset
 from .items import ItemBuilder, ItemOptions
 from .plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
@@ -50,7 +59,16 @@ from .state import ResumeState, StreamCursor
 if TYPE_CHECKING:
     from .tracker import CursorTracker
 
-__all__ = ["CURSOR_KEY", "MAX_WORKERS", "ChunkedEpisodeDataset", "StreamTuning", "worker_context"]
+__all__ = [
+    "CURSOR_KEY",
+    "MAX_WORKERS",
+    "ON_ERROR",
+    "SKIPPED_KEY",
+    "SKIP_ERRORS",
+    "ChunkedEpisodeDataset",
+    "StreamTuning",
+    "worker_context",
+]
 
 logger = logging.getLogger("robo_resume")
 
@@ -58,6 +76,17 @@ CURSOR_KEY = "robo_resume_cursor"
 """Item key of the cursor: int64 ``[rank, role, num_workers, epoch, position]``."""
 
 MAX_WORKERS = 128
+
+ON_ERROR = ("raise", "skip")
+"""Values of ``ChunkedEpisodeDataset(on_error=...)``."""
+
+SKIPPED_KEY = "robo_resume_skipped"
+"""Batch key (only in batches that skip a chunk): a list of skip records, one dict per chunk
+with ``epoch, chunk, episode, start`` (the segment's first frame), ``frame`` (the first skipped
+one), ``stop``, ``rank, role, file, error``. :meth:`CursorTracker.consume` records and strips it."""
+
+SKIP_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
+"""Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
 
 WORKER_START_METHOD: str | None = None
 """Start method :meth:`ChunkedEpisodeDataset.dataloader` uses (None: torch's default)."""
@@ -75,7 +104,11 @@ class StreamTuning:
         cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
         block_frames: frames read from one chunk at a time (bounds memory per open chunk).
         tolerance_s: video frame time tolerance (lerobot's default 1e-4 s).
-        decoder_threads: threads per video decoder; 1 suits several DataLoader workers.
+        decoder_threads: FFmpeg threads per video decoder; None (default): FFmpeg's choice when
+            streaming in the main process (``num_workers=0``), 1 in DataLoader workers (the
+            workers already keep the cores busy).
+        camera_threads: cameras decoded concurrently (PyAV releases the GIL while decoding);
+            None (default): one thread per camera in the main process, 1 in workers.
     """
 
     interleave: int = 4
@@ -84,7 +117,8 @@ class StreamTuning:
     cut_at_keyframes: bool = False
     block_frames: int = 16
     tolerance_s: float = 1e-4
-    decoder_threads: int = 1
+    decoder_threads: int | None = None
+    camera_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.block_frames < 1:
@@ -111,7 +145,10 @@ class ChunkedEpisodeDataset(IterableDataset):
         seed: base seed; the order is a pure function of (seed, epoch, topology).
         resume_step: samples this rank's loader had delivered, ``step * batch_size``.
         resume_state: a state from :meth:`CursorTracker.state_dict` (or the dataset's own
-            :meth:`state_dict`); takes precedence over ``resume_step``.
+            :meth:`state_dict`); takes precedence over ``resume_step``. It may come from a run
+            with other ``num_workers``, ranks or ``batch_size``: the interrupted epoch's
+            leftover is then re-partitioned (elastic resume, :mod:`robo_resume.elastic`).
+            ``resume_step`` alone assumes the topology and batch size are unchanged.
         resume_strict: False logs fingerprint mismatches between ``resume_state`` and this
             dataset as warnings instead of raising (an explicit escape hatch: resuming a state
             made for other data or options can replay or lose frames).
@@ -125,6 +162,16 @@ class ChunkedEpisodeDataset(IterableDataset):
         infinite: one endless iteration over consecutive epochs (step-based trainers).
         rank, world_size: DDP position; default from ``torch.distributed`` when initialised.
         tuning: :class:`StreamTuning`.
+        on_error: "raise" (default): a chunk whose files fail to read raises the error in the
+            training loop (naming file, episode and frames). "skip": the chunk is skipped from
+            the failed read on (:data:`SKIP_ERRORS`: missing, corrupt or undecodable files,
+            metadata mismatches) and the run goes on. Skipped frames keep their schedule
+            positions, so batches may hold fewer than ``batch_size`` frames (even none), and
+            every batch count and resume stays exact; the skip travels in the batch
+            (``SKIPPED_KEY``) to :class:`CursorTracker`, which logs a WARNING per skipped chunk,
+            lists them in ``tracker.skipped`` and saves them in the resume state (a resumed
+            run skips them again without retrying). Needs the batch path (:meth:`dataloader`
+            or :meth:`iter_batches`).
 
     Every batch holds ``CURSOR_KEY``; pass batches through :class:`CursorTracker.consume` to
     record and strip it. Construct the dataset after ``init_process_group`` when using DDP.
@@ -151,9 +198,17 @@ class ChunkedEpisodeDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         tuning: StreamTuning | None = None,
+        on_error: str = "raise",
         meta: DatasetMeta | None = None,
     ) -> None:
         super().__init__()
+        if on_error not in ON_ERROR:
+            raise ValueError(
+                describe(
+                    "Unknown on_error", expected=" or ".join(map(repr, ON_ERROR)), found=on_error
+                )
+            )
+        self.on_error = on_error
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(describe("batch_size must be a positive int", found=batch_size))
         if chunk_frames < 1:
@@ -186,7 +241,7 @@ class ChunkedEpisodeDataset(IterableDataset):
                 image_dtype=image_dtype,
                 image_transforms=image_transforms,
                 tolerance_s=self.tuning.tolerance_s,
-                decoder_threads=self.tuning.decoder_threads,
+                decoder_threads=self.tuning.decoder_threads or 0,
             ),
         )
         spans = [
@@ -219,7 +274,17 @@ class ChunkedEpisodeDataset(IterableDataset):
         self.resume_state = None
         if resume_state is not None:
             self.resume_state = ResumeState.from_dict(resume_state)
-            self.resume_state.check_fingerprint(self.fingerprint, strict=resume_strict)
+            expected = dict(self.fingerprint)
+            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
+                expected["batch_size"] = self.resume_state.batch_size
+            self.resume_state.check_fingerprint(expected, strict=resume_strict)
+        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
+        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
+        # (epoch, chunk, segment start) -> first skipped frame, from the state's skipped chunks
+        self._skip_from: dict[tuple[int, int, int], int] = {}
+        for r in getattr(self.resume_state, "skipped", ()):
+            key = (r["epoch"], r["chunk"], r["start"])
+            self._skip_from[key] = min(r["frame"], self._skip_from.get(key, r["frame"]))
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
         self._schedules: dict[int, Schedule] = {}
@@ -243,7 +308,9 @@ class ChunkedEpisodeDataset(IterableDataset):
         """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
 
         From ``resume_state`` when given (cursors), else from ``resume_step`` (arithmetic). New
-        worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration.
+        worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration. After a
+        topology or batch size change every role starts at position 0 of the remainder epoch
+        (see :meth:`layout`), with rotation 0 and a batch count of 0.
         """
         sched = self.schedule(num_workers)
         if self.resume_state is None:
@@ -252,19 +319,81 @@ class ChunkedEpisodeDataset(IterableDataset):
             return rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches
         return self._start_from_cursors(sched, num_workers)
 
+    def layout(self, num_workers: int) -> Layout:
+        """What this rank's streams emit per epoch, with ``num_workers`` workers.
+
+        The schedule's epochs, plus, after an elastic resume (a ``resume_state`` of another
+        topology or batch size, or one saved during such a run's first epoch), the *remainder
+        epoch*: what the interrupted epoch had left, re-partitioned over this topology.
+        """
+        return self._plan(num_workers)[0]
+
+    def elastic_origin(self, num_workers: int) -> tuple[int | None, tuple[Level, ...]]:
+        """``(remainder epoch label, origin levels)`` a state of this run must carry."""
+        _, label, origin = self._plan(num_workers)
+        return label, origin
+
+    def _plan(self, num_workers: int) -> tuple[Layout, int | None, tuple[Level, ...]]:
+        plan = self._plans.get(num_workers)
+        if plan is not None:
+            return plan
+        st, sched = self.resume_state, self.schedule(num_workers)
+        here = (self.world_size, num_workers, self.batch_size)
+        if st is None:
+            plan = (Layout(sched), None, ())
+        elif (st.world_size, st.num_workers, st.batch_size) == here:
+            if st.elastic_epoch is None:
+                plan = (Layout(sched), None, ())
+            else:
+                layout = build_layout(
+                    self.chunks, self.config, [*st.origin, st.level], infinite=self.infinite
+                )
+                plan = (layout, st.elastic_epoch, st.origin)
+        else:
+            rp = replan(
+                self.chunks,
+                self.config,
+                [*st.origin, st.level],
+                Level(*here),
+                infinite=self.infinite,
+            )
+            plan = (rp.layout, rp.layout.epoch, rp.origin)
+            self._elastic_starts[num_workers] = rp.epoch
+            if self.rank == 0 and get_worker_info() is None:
+                logger.info(
+                    "resume: elastic re-partition from world_size=%d num_workers=%d "
+                    "batch_size=%s to world_size=%d num_workers=%d batch_size=%d: %s",
+                    st.world_size,
+                    st.num_workers,
+                    st.batch_size,
+                    *here,
+                    f"{rp.total} frames left in epoch {rp.epoch} form the remainder epoch"
+                    if rp.layout.epoch is not None
+                    else f"nothing left mid-epoch, starting epoch {rp.epoch}",
+                )
+            if rp.dropped and get_worker_info() is None:
+                logger.warning(
+                    "resume: drop_last=True drops %d of the %d frames left in epoch %d on rank "
+                    "%d's re-partition (they do not fill a batch on every rank)",
+                    rp.dropped,
+                    rp.total,
+                    rp.epoch,
+                    self.rank,
+                )
+        self._plans[num_workers] = plan
+        return plan
+
     def _start_from_cursors(self, sched: Schedule, num_workers: int):
         st = self.resume_state
-        if (st.world_size, st.num_workers) != (self.world_size, num_workers):
-            raise ResumeStateError(
-                describe(
-                    "The resume state was recorded with a different topology",
-                    expected=f"world_size={self.world_size}, num_workers={num_workers} (this run)",
-                    found=f"world_size={st.world_size}, num_workers={st.num_workers} (the state)",
-                    fix="resume with the same number of ranks and DataLoader workers; changing "
-                    "them mid-epoch would replay or lose frames",
-                )
-            )
         wp = max(num_workers, 1)
+        layout = self.layout(num_workers)
+        if (st.world_size, st.num_workers, st.batch_size) != (
+            self.world_size,
+            num_workers,
+            self.batch_size,
+        ):
+            return 0, [(self._elastic_starts[num_workers], 0)] * wp, 0
+        topo = Topology(self.world_size, num_workers)
         mine = {c.role: c for c in st.cursors if c.rank == self.rank}
         if sorted(mine) != list(range(wp)):
             raise ResumeStateError(
@@ -275,21 +404,25 @@ class ChunkedEpisodeDataset(IterableDataset):
                     fix="save the state with CursorTracker.state_dict() (it gathers all ranks)",
                 )
             )
-        q, b = sched.frames_per_stream, self.batch_size
+        b = self.batch_size
         cur = [mine[r] for r in range(wp)]
+        ids = [topo.stream_id(self.rank, r) for r in range(wp)]
         if self.infinite:
-            done = [(c.epoch * q + c.position) // b for c in cur]
+            done = [
+                layout.frames_done(c.epoch, g, c.position) // b
+                for c, g in zip(cur, ids, strict=True)
+            ]
             total = sum(done)
             starts = [(c.epoch, c.position) for c in cur]
         else:
             # A stream that finished epoch e-1 before its first batch of epoch e stands at
-            # (e-1, Q), which is the same place as (e, 0).
+            # (e-1, its length of e-1), which is the same place as (e, 0).
             last = max(c.epoch for c in cur)
             cur = [
                 StreamCursor(c.rank, c.role, last, 0)
-                if c.epoch == last - 1 and c.position >= q
+                if c.epoch == last - 1 and c.position >= layout.length(c.epoch, g)
                 else c
-                for c in cur
+                for c, g in zip(cur, ids, strict=True)
             ]
             epochs = {c.epoch for c in cur}
             if len(epochs) != 1:
@@ -301,7 +434,7 @@ class ChunkedEpisodeDataset(IterableDataset):
                     )
                 )
             e = epochs.pop()
-            if all(c.position >= q for c in cur):
+            if all(c.position >= layout.length(e, g) for c, g in zip(cur, ids, strict=True)):
                 return 0, [(e + 1, 0)] * wp, st.batches
             done = [-(-c.position // b) for c in cur]
             total = sum(done)
@@ -342,6 +475,16 @@ class ChunkedEpisodeDataset(IterableDataset):
     # -- torch protocol ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """This worker's stream, one item per frame (for a DataLoader with ``batch_size``)."""
+        if self.on_error == "skip":
+            raise ValueError(
+                describe(
+                    "on_error='skip' needs the batch path",
+                    expected="dataset.dataloader(...) without collate_fn, or iter_batches()",
+                    found="iteration item by item (a DataLoader with batch_size or collate_fn)",
+                    fix="use dataset.dataloader(num_workers=...): skipped frames keep their "
+                    "positions there, which item-by-item batching cannot do",
+                )
+            )
         return self._generate(*self._start_stream())
 
     def iter_batches(self, *, image_dtype: str | None = None) -> Iterator[dict[str, Any]]:
@@ -359,7 +502,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         worker = info.id if info is not None else 0
         if num_workers > MAX_WORKERS:
             raise ValueError(describe("Too many workers", expected=f"<= {MAX_WORKERS}"))
-        sched = self.schedule(num_workers)
+        layout = self.layout(num_workers)
         wp = max(num_workers, 1)
         slot = self._slots[worker]
         resumed = False
@@ -379,8 +522,8 @@ class ChunkedEpisodeDataset(IterableDataset):
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
         if resumed:
-            self._log_resume(sched, stream, epoch, position)
-        return sched, stream, role, num_workers, epoch, position, slot
+            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
+        return layout, stream, role, num_workers, epoch, position, slot
 
     def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
         if position >= sched.frames_per_stream:
@@ -400,8 +543,21 @@ class ChunkedEpisodeDataset(IterableDataset):
             position,
         )
 
+    def _configure_decoding(self) -> None:
+        """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
+        worker = _in_worker()
+        t = self.tuning
+        dec = t.decoder_threads if t.decoder_threads is not None else (1 if worker else 0)
+        cams = (
+            t.camera_threads
+            if t.camera_threads is not None
+            else (1 if worker else len(self.meta.camera_keys))
+        )
+        self.items.decoder_threads, self.items.camera_threads = dec, max(cams, 1)
+
     def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
         """Items of the stream from ``(epoch, position)``, one dict per frame."""
+        self._configure_decoding()
         live = self._live
         blocks = self._blocks(
             sched, stream, role, num_workers, epoch, position, slot, lambda: 1 << 30
@@ -424,6 +580,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         are cut at those places, and a batch is assembled once from its blocks (a short last
         batch is dropped with drop_last). The result equals ``default_collate`` of the items.
         """
+        self._configure_decoding()
         b = self.batch_size
         pending: list[_Block] = []
         have = 0
@@ -437,23 +594,38 @@ class ChunkedEpisodeDataset(IterableDataset):
             if have == b or (have and not block.size and not self.drop_last):
                 last = pending[-1].cursor[-1].tolist()
                 self._live["epoch"], self._live["position"] = last[3], last[4]
+                skipped = [r for blk in pending for r in blk.skipped]
                 with _torch_threads():
                     batch = self.items.finish(
-                        _assemble(pending), image_dtype=image_dtype, shared=_in_worker()
+                        _assemble(pending, self._empty_columns),
+                        image_dtype=image_dtype,
+                        shared=_in_worker(),
                     )
+                if skipped:
+                    batch[SKIPPED_KEY] = skipped
                 pending, have = [], 0
                 yield batch
+
+    def _empty_columns(self) -> dict[str, np.ndarray]:
+        """Zero-row numpy columns (a batch whose frames were all skipped), from a good frame."""
+        for e in self.episodes:
+            with contextlib.suppress(*SKIP_ERRORS):
+                with self.items.episode_reader(e, 0, 1) as r:
+                    return {k: v[:0] for k, v in r.raw(range(1)).items()}
+        return {}
 
     def _blocks(self, sched, stream, role, num_workers, epoch, position, slot, room):
         """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
 
         ``room()`` is the largest block the consumer wants next (blocks never cross it).
+        ``sched`` is a :class:`~robo_resume.elastic.Layout` (a remainder epoch after an elastic
+        resume, then the schedule's epochs) or a plain :class:`Schedule`.
         """
-        q = sched.frames_per_stream
+        layout = sched if isinstance(sched, Layout) else Layout(sched)
         while True:
             slot[0] = epoch + 1
-            if position < q:
-                for group, offset in sched.iter_groups(epoch, stream, position):
+            if position < layout.length(epoch, stream):
+                for group, offset in layout.iter_groups(epoch, stream, position):
                     yield from self._read_group(group, offset, role, num_workers, epoch, room)
             if not self.infinite:
                 yield _Block(0, [], np.zeros((0, 5), dtype=np.int64))
@@ -463,13 +635,24 @@ class ChunkedEpisodeDataset(IterableDataset):
     def _read_group(
         self, group: Group, offset: int, role: int, num_workers: int, epoch: int, room
     ) -> Iterator[_Block]:
-        """Blocks of the group's frames from ``offset`` on (numpy parts, emission order)."""
+        """Blocks of the group's frames from ``offset`` on (numpy parts, emission order).
+
+        A read that fails with one of :data:`SKIP_ERRORS` raises the same error type with the
+        streamed frames added (``on_error="raise"``), or (``"skip"``) skips the segment from
+        that read on: its remaining frames keep their positions and cursor rows but are
+        neither read nor yielded, and the block carries a skip record. Segments the resume
+        state recorded as skipped are skipped from the recorded frame on without a retry.
+        Assumes a broken file fails at the same read when read again from an earlier frame
+        (block cuts after a resume position are the uninterrupted run's).
+        """
         segs = group.segments
         k = len(segs)
         order = group.order
         nxt = [s.start for s in segs]
         for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
             nxt[j] += int(c)
+        skip = self.on_error == "skip"
+        bad = [self._skip_from.get((epoch, s.chunk_id, s.start), s.stop) for s in segs]
         readers: list[Any] = [None] * k
         position = group.position + offset
         most = self.tuning.block_frames * k
@@ -480,24 +663,53 @@ class ChunkedEpisodeDataset(IterableDataset):
                 labels = order[i : i + min(most, room())]
                 n = len(labels)
                 parts = []
+                keep: np.ndarray | None = None  # positions of the block that are read
+                events: list[dict[str, Any]] = []
                 for j in np.unique(labels).tolist():
-                    if readers[j] is None:
-                        seg = segs[j]
-                        readers[j] = self.items.episode_reader(seg.episode_index, nxt[j], seg.stop)
+                    seg = segs[j]
                     rows = np.flatnonzero(labels == j)
                     c = len(rows)
-                    raw = readers[j].raw(range(nxt[j], nxt[j] + c))
-                    parts.append((raw, None if c == n else rows))
+                    good = min(c, max(0, bad[j] - nxt[j]))
+                    if good:
+                        frames = range(nxt[j], nxt[j] + good)
+                        try:
+                            if readers[j] is None:
+                                readers[j] = self.items.episode_reader(
+                                    seg.episode_index, nxt[j], seg.stop
+                                )
+                            raw = readers[j].raw(frames)
+                        except SKIP_ERRORS as exc:
+                            where = (
+                                f"frames {frames.start}..{frames.stop - 1} of episode "
+                                f"{seg.episode_index} (chunk {seg.chunk_id}, epoch {epoch}, "
+                                f"stream position {position + int(rows[0])})"
+                            )
+                            if not skip:
+                                raise _streaming_error(exc, where) from exc
+                            _discard(readers[j])
+                            readers[j], bad[j], good = None, nxt[j], 0
+                            events.append(_skip_record(exc, seg, nxt[j], epoch, self.rank, role))
+                        else:
+                            parts.append((raw, None if good == n else rows[:good]))
+                    if good < c:
+                        if keep is None:
+                            keep = np.ones(n, dtype=bool)
+                        keep[rows[good:]] = False
                     nxt[j] += c
-                    if nxt[j] >= segs[j].stop:
+                    if nxt[j] >= seg.stop and readers[j] is not None:
                         readers[j].close()
                         readers[j] = None
+                kept = None
+                if keep is not None:  # number the read rows 0..kept-1 in block order
+                    renum = np.cumsum(keep) - 1
+                    parts = [(raw, renum[r]) for raw, r in parts]
+                    kept = int(keep.sum())
                 cursor = np.empty((n, 5), dtype=np.int64)
                 cursor[:, :4] = head
                 cursor[:, 4] = np.arange(position + 1, position + n + 1)
                 position += n
                 i += n
-                yield _Block(n, parts, cursor)
+                yield _Block(n, parts, cursor, kept, events)
         finally:
             for r in readers:
                 if r is not None:
@@ -538,10 +750,12 @@ class ChunkedEpisodeDataset(IterableDataset):
 
         Workers start with torch's default method (fork on Linux) unless
         ``multiprocessing_context`` is given or :data:`WORKER_START_METHOD` is set. If the
-        process that creates the workers has itself decoded video or read parquet with
-        threads (e.g. a ``LeRobotReader`` used in the main process), forked workers can crash;
-        pass ``multiprocessing_context=worker_context()`` (forkserver) then. A forkserver's
-        workers outlive a SIGKILLed parent for a moment, which is why it is not the default.
+        process that creates the workers has itself decoded video (e.g. streamed with
+        ``num_workers=0`` or used a ``LeRobotReader``), forked workers can crash on FFmpeg's
+        threads, so the workers then start from a forkserver (:func:`worker_context`); pass
+        ``multiprocessing_context=worker_context()`` yourself if the process read parquet with
+        threads only. A forkserver's workers outlive a SIGKILLed parent for a moment, which is
+        why it is not the default.
         """
         for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler"):
             if bad in kwargs:
@@ -552,8 +766,10 @@ class ChunkedEpisodeDataset(IterableDataset):
                         fix=f"set {bad} on the dataset (or build the DataLoader yourself)",
                     )
                 )
-        if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
-            kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
+        if num_workers > 0 and "multiprocessing_context" not in kwargs:
+            method = WORKER_START_METHOD or ("forkserver" if decoded_in_this_process() else None)
+            if method:
+                kwargs["multiprocessing_context"] = worker_context(method)
         if "collate_fn" in kwargs:  # the user collates items: hand them items
             return torch.utils.data.DataLoader(
                 self,
@@ -646,25 +862,116 @@ class BatchLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, batch_size=None, **kwargs)
 
     def __iter__(self):
-        it = super().__iter__()
-        return _to_float(it, self.float_keys) if self.float_keys else it
+        return _LoaderIterator(super().__iter__(), self.float_keys)
 
 
-def _to_float(it: Iterator[dict[str, Any]], keys: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    for batch in it:
-        for k in keys:
-            batch[k] = batch[k].to(torch.float32).div_(255)
-        yield batch
+def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    for k in keys:
+        batch[k] = batch[k].to(torch.float32).div_(255)
+    return batch
+
+
+_WORKER_DIED = re.compile(r"DataLoader worker \(pid")
+
+WORKER_DIED_HINT = (
+    "robo_resume: a DataLoader worker died (killed by the OS, e.g. out of memory, or by a "
+    "signal). The resume state is intact: the tracker only records batches the training loop "
+    "consumed. Restart and resume from your last checkpoint with "
+    "ChunkedEpisodeDataset(..., resume_state=checkpoint['data']); batches consumed after that "
+    "checkpoint are redone, like the model's steps. If memory ran out, lower num_workers, "
+    "StreamTuning(interleave=..., block_frames=...) or prefetch_factor."
+)
+"""Appended to torch's "DataLoader worker (pid ...) is killed by signal" / "exited
+unexpectedly" RuntimeError by :class:`BatchLoader`'s iterator (the original is chained)."""
+
+
+class _LoaderIterator:
+    """:class:`BatchLoader`'s iterator: torch's, with float conversion and a hint on dead workers.
+
+    Other attributes (``_workers``, ``__len__``, ...) are torch's iterator's.
+    """
+
+    def __init__(self, it: Any, float_keys: tuple[str, ...]) -> None:
+        self._it = it
+        self._float_keys = float_keys
+
+    def __iter__(self) -> _LoaderIterator:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        try:
+            batch = next(self._it)
+        except RuntimeError as exc:
+            if _WORKER_DIED.search(str(exc)) and WORKER_DIED_HINT not in str(exc):
+                raise RuntimeError(f"{exc}\n{WORKER_DIED_HINT}") from exc
+            raise
+        return _to_float(batch, self._float_keys) if self._float_keys else batch
+
+    def __len__(self) -> int:
+        return len(self._it)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_it"], name)
 
 
 @dataclass
 class _Block:
     """``size`` consecutive frames of a stream: numpy parts, each with its rows in the block
-    (None: all rows), and the cursors ``(size, 5)``. An empty block marks the stream's end."""
+    (None: all rows), and the cursors ``(size, 5)``. An empty block marks the stream's end.
+
+    With skipped frames (``on_error="skip"``), ``kept`` frames of the ``size`` positions are
+    read (the parts' rows number those), and ``skipped`` holds the skip records."""
 
     size: int
     parts: list[tuple[dict[str, np.ndarray], np.ndarray | None]]
     cursor: np.ndarray
+    kept: int | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def frames(self) -> int:
+        """Frames read (rows in the batch)."""
+        return self.size if self.kept is None else self.kept
+
+
+def _streaming_error(exc: Exception, where: str) -> Exception:
+    """``exc``'s type and message plus what the stream was reading (for on_error="raise")."""
+    msg = (
+        f"{exc} Raised while streaming {where}. To train on without the chunks whose files "
+        "fail, pass on_error='skip' (skips are logged and kept in the resume state)."
+    )
+    try:
+        return type(exc)(msg)
+    except Exception:  # an exception type with another constructor: keep it as it is
+        return exc
+
+
+def _skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, role: int):
+    """The JSON-safe record of a skipped segment (see :data:`SKIPPED_KEY`)."""
+    text = str(exc)
+    found = re.search(r"At file (.+?)(?:, episode \d+|, frame \d+)*\.(?: |$)", text)
+    return {
+        "epoch": int(epoch),
+        "chunk": int(seg.chunk_id),
+        "episode": int(seg.episode_index),
+        "start": int(seg.start),
+        "frame": int(frame),
+        "stop": int(seg.stop),
+        "rank": int(rank),
+        "role": int(role),
+        "file": found.group(1) if found else None,
+        "error": f"{type(exc).__name__}: {text}"[:500],
+    }
+
+
+def _discard(reader: Any) -> None:
+    """Close a failed reader's decoders instead of keeping them for reuse."""
+    if reader is None:
+        return
+    videos, reader.videos = reader.videos, {}
+    for v in videos.values():
+        with contextlib.suppress(Exception):
+            v.close()
 
 
 def _in_worker() -> bool:
@@ -689,22 +996,30 @@ def _torch_threads():
         torch.set_num_threads(n)
 
 
-def _assemble(blocks: list[_Block]) -> dict[str, np.ndarray]:
-    """Numpy columns of consecutive blocks, each value copied once into place."""
-    total = sum(b.size for b in blocks)
+def _assemble(
+    blocks: list[_Block], empty: Callable[[], dict[str, np.ndarray]] | None = None
+) -> dict[str, np.ndarray]:
+    """Numpy columns of consecutive blocks, each value copied once into place.
+
+    The cursor has one row per position, the columns one row per frame read (fewer when
+    frames were skipped); ``empty()`` gives zero-row columns when no frame was read.
+    """
+    total = sum(b.frames for b in blocks)
     if len(blocks) == 1 and len(blocks[0].parts) == 1:
         out = dict(blocks[0].parts[0][0])
         out[CURSOR_KEY] = blocks[0].cursor
         return out
-    first = blocks[0].parts[0][0]
+    first = next((b.parts[0][0] for b in blocks if b.parts), None)
+    if first is None:
+        first = empty() if empty is not None else {}
     out = {k: np.empty((total, *v.shape[1:]), dtype=v.dtype) for k, v in first.items()}
     at = 0
     for blk in blocks:
         for raw, rows in blk.parts:
-            dest = slice(at, at + blk.size) if rows is None else rows + at
+            dest = slice(at, at + blk.frames) if rows is None else rows + at
             for k, v in raw.items():
                 out[k][dest] = v
-        at += blk.size
+        at += blk.frames
     out[CURSOR_KEY] = np.concatenate([b.cursor for b in blocks])
     return out
 

@@ -12,13 +12,20 @@ Versions (the rule :meth:`ResumeState.from_dict` applies):
 - ``version`` is the state *format* version, :data:`STATE_VERSION`. It changes whenever the
   meaning of a state changes: its keys, or the plan or schedule algorithms that turn a cursor
   into frames. A state of the current version is accepted. A version 1 state (no
-  ``library_version``) is migrated to version 2, which logs one INFO line on the
-  ``robo_resume`` logger. Any other version (0, a future version, not an int) is refused with
-  :class:`~robo_resume.errors.ResumeStateError`.
+  ``library_version``) and a version 2 state (no ``elastic``) are migrated to version 3, which
+  logs one INFO line on the ``robo_resume`` logger. Any other version (0, a future version,
+  not an int) is refused with :class:`~robo_resume.errors.ResumeStateError`.
 - ``library_version`` is the ``robo_resume.__version__`` that wrote the state. Because any
   change of the order bumps :data:`STATE_VERSION`, a state from another library version with
   the same format version resumes the same frames: it is accepted, and
   :meth:`ResumeState.check_fingerprint` logs one WARNING naming both versions.
+
+Elastic resume (version 3): a state saved during a *remainder epoch* (the first epoch after a
+resume with another topology or batch size, see :mod:`robo_resume.elastic`) has cursors that
+count frames of that remainder epoch. Its ``elastic`` entry says so: ``{"epoch": X, "origin":
+[level, ...]}``, where ``X`` labels the remainder epoch and each level is ``{"world_size",
+"num_workers", "batch_size", "epoch", "cursors"}`` of an earlier run, oldest first, so the
+remainder is recomputed from the state alone. ``elastic`` is None otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .elastic import Level
 from .errors import ResumeStateError, describe
 
 __all__ = [
@@ -42,8 +50,8 @@ __all__ = [
 logger = logging.getLogger("robo_resume")
 
 STATE_FORMAT = "robo_resume.state"
-STATE_VERSION = 2
-"""Format version of :meth:`ResumeState.to_dict`; 2 added ``library_version``."""
+STATE_VERSION = 3
+"""Format version of :meth:`ResumeState.to_dict`; 2 added ``library_version``, 3 ``elastic``."""
 
 UNKNOWN_LIBRARY_VERSION = "unknown"
 """``library_version`` of a state migrated from format version 1 (which did not record it)."""
@@ -62,7 +70,7 @@ _FIX = {
     "run that saved the state",
     "seed": "pass the same seed as the run that saved the state",
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
-    "counts batches of that size)",
+    "counts batches of that size); a resume_state may change it (elastic resume)",
 }
 _FIX_DEFAULT = (
     "construct the dataset with the same root, episodes, chunk_frames, seed, batch_size and "
@@ -129,6 +137,13 @@ class ResumeState:
         cursors: one per stream of the ranks that contributed (all ranks after a gather).
         library_version: the robo_resume version that made the state (see the module
             docstring for the version rule).
+        elastic_epoch: label of the remainder epoch the cursors count frames of (None: the
+            cursors are in normal epochs); see the module docstring.
+        origin: the earlier runs the remainder epoch is recomputed from (oldest first).
+        skipped: chunks skipped with ``on_error="skip"`` that the training loop got past, one
+            dict per chunk (keys :data:`SKIP_RECORD_KEYS`; see ``robo_resume.dataset.
+            SKIPPED_KEY``); a resumed dataset skips them again without retrying. Absent in
+            states written before it existed (read as none).
 
     Validated on construction: ``world_size >= 1``, ``num_workers >= 0``, ``batches >= 0``,
     and at most one cursor per stream, each of a rank ``< world_size`` and a role
@@ -141,8 +156,29 @@ class ResumeState:
     batches: int
     cursors: tuple[StreamCursor, ...] = field(default_factory=tuple)
     library_version: str = field(default_factory=library_version)
+    skipped: tuple[Mapping[str, Any], ...] = ()
+    elastic_epoch: int | None = None
+    origin: tuple[Level, ...] = ()
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size the cursors were recorded with (``fingerprint["batch_size"]``)."""
+        b = self.fingerprint.get("batch_size")
+        return b if isinstance(b, int) and not isinstance(b, bool) else None
+
+    @property
+    def level(self) -> Level:
+        """This state as the newest :class:`~robo_resume.elastic.Level` of its chain."""
+        return Level(
+            self.world_size,
+            self.num_workers,
+            self.batch_size or 1,
+            tuple((c.rank, c.role, c.epoch, c.position) for c in sorted(self.cursors)),
+            self.elastic_epoch,
+        )
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "skipped", tuple(_skip_record(r) for r in self.skipped))
         if not isinstance(self.fingerprint, Mapping):
             raise ResumeStateError(
                 describe(
@@ -176,6 +212,15 @@ class ResumeState:
                     )
                 )
             seen.add((c.rank, c.role))
+        if (self.elastic_epoch is None) != (not self.origin):
+            raise ResumeStateError(
+                describe(
+                    "Invalid resume state field 'elastic'",
+                    expected="both an epoch and an origin, or neither",
+                    found=f"epoch={self.elastic_epoch!r}, {len(self.origin)} origin levels",
+                    fix="pass the unmodified dict from CursorTracker.state_dict()",
+                )
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict with a fixed set of keys (see :meth:`from_dict`)."""
@@ -188,6 +233,22 @@ class ResumeState:
             "num_workers": self.num_workers,
             "batches": self.batches,
             "cursors": [[c.rank, c.role, c.epoch, c.position] for c in sorted(self.cursors)],
+            "elastic": None
+            if self.elastic_epoch is None
+            else {
+                "epoch": self.elastic_epoch,
+                "origin": [
+                    {
+                        "world_size": lv.world_size,
+                        "num_workers": lv.num_workers,
+                        "batch_size": lv.batch_size,
+                        "epoch": lv.epoch,
+                        "cursors": [list(c) for c in lv.cursors],
+                    }
+                    for lv in self.origin
+                ],
+            },
+            "skipped": [dict(r) for r in self.skipped],
         }
 
     def to_json(self) -> str:
@@ -264,6 +325,8 @@ class ResumeState:
             batches=_int("batches", data["batches"]),
             cursors=tuple(StreamCursor(*c) for c in cursors),
             library_version=lib,
+            skipped=_skipped_list(data.get("skipped", [])),
+            **_elastic(data.get("elastic")),
         )
 
     def mismatches(self, expected: Mapping[str, Any]) -> list[str]:
@@ -334,7 +397,12 @@ class ResumeState:
                     fix="merge only the states of the ranks of one run",
                 )
             )
-        if (self.world_size, self.num_workers) != (other.world_size, other.num_workers):
+        if (self.world_size, self.num_workers, self.elastic_epoch, self.origin) != (
+            other.world_size,
+            other.num_workers,
+            other.elastic_epoch,
+            other.origin,
+        ):
             raise ResumeStateError(
                 describe(
                     "Cannot merge states of different topologies",
@@ -354,7 +422,109 @@ class ResumeState:
             batches=max(self.batches, other.batches),
             cursors=tuple(sorted(best.values())),
             library_version=self.library_version,
+            skipped=_merge_skipped(self.skipped, other.skipped),
+            elastic_epoch=self.elastic_epoch,
+            origin=self.origin,
         )
+
+
+SKIP_RECORD_KEYS = (
+    "epoch",
+    "chunk",
+    "episode",
+    "start",
+    "frame",
+    "stop",
+    "rank",
+    "role",
+    "file",
+    "error",
+)
+"""Keys of a skipped-chunk record (ints, except ``file``: str or None, ``error``: str)."""
+
+
+def _skip_record(r: Any) -> dict[str, Any]:
+    ok = isinstance(r, Mapping) and all(k in r for k in SKIP_RECORD_KEYS)
+    if ok:
+        ints = SKIP_RECORD_KEYS[:8]
+        ok = all(isinstance(r[k], int) and not isinstance(r[k], bool) and r[k] >= 0 for k in ints)
+        ok = (
+            ok and isinstance(r["error"], str) and (r["file"] is None or isinstance(r["file"], str))
+        )
+    if not ok:
+        raise ResumeStateError(
+            describe(
+                "Invalid skipped-chunk record in the resume state",
+                expected=f"a dict with keys {list(SKIP_RECORD_KEYS)} (ints, file str or None, "
+                "error str)",
+                found=repr(r)[:160],
+                fix="pass the unmodified dict from CursorTracker.state_dict()",
+            )
+        )
+    return {k: r[k] for k in SKIP_RECORD_KEYS}
+
+
+def _skipped_list(value: Any) -> tuple[dict[str, Any], ...]:
+    if not isinstance(value, list | tuple):
+        raise ResumeStateError(
+            describe(
+                "Invalid resume state field 'skipped'",
+                expected="a list of skipped-chunk dicts",
+                found=repr(value)[:80],
+            )
+        )
+    return tuple(_skip_record(r) for r in value)
+
+
+def _merge_skipped(a: Any, b: Any) -> tuple[dict[str, Any], ...]:
+    """Union of two ranks' skip records, in (epoch, rank, role, chunk, start) order."""
+    seen = {}
+    for r in (*a, *b):
+        seen.setdefault((r["epoch"], r["chunk"], r["start"], r["rank"], r["role"]), r)
+    return tuple(seen[k] for k in sorted(seen, key=lambda k: (k[0], k[3], k[4], k[1], k[2])))
+
+
+def _elastic(value: Any) -> dict[str, Any]:
+    """``elastic_epoch`` and ``origin`` from a state dict's ``elastic`` entry (validated)."""
+    if value is None:
+        return {}
+
+    def bad(what: str) -> ResumeStateError:
+        return ResumeStateError(
+            describe(
+                "Invalid resume state field 'elastic'",
+                expected="None or {'epoch': int, 'origin': [{'world_size', 'num_workers', "
+                "'batch_size', 'epoch', 'cursors'}, ...]}",
+                found=f"{what}: {repr(value)[:120]}",
+                fix="pass the unmodified dict from CursorTracker.state_dict() or load_state()",
+            )
+        )
+
+    if not isinstance(value, Mapping) or not isinstance(value.get("origin"), list | tuple):
+        raise bad("not a dict with an 'origin' list")
+    levels = []
+    for lv in value["origin"]:
+        if not isinstance(lv, Mapping):
+            raise bad("a level that is not a dict")
+        try:
+            cursors = tuple(tuple(int(x) for x in c) for c in lv["cursors"])
+            level = Level(
+                _int("elastic.world_size", lv["world_size"], minimum=1),
+                _int("elastic.num_workers", lv["num_workers"]),
+                _int("elastic.batch_size", lv["batch_size"], minimum=1),
+                cursors,
+                None if lv["epoch"] is None else _int("elastic.epoch", lv["epoch"]),
+            )
+        except ResumeStateError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"a malformed level ({type(exc).__name__}: {exc})") from exc
+        if any(len(c) != 4 or min(c) < 0 for c in cursors):
+            raise bad("a cursor that is not [rank, role, epoch, position]")
+        levels.append(level)
+    if not levels:
+        raise bad("an empty origin")
+    return {"elastic_epoch": _int("elastic.epoch", value.get("epoch")), "origin": tuple(levels)}
 
 
 def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -368,13 +538,25 @@ def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
             "the robo_resume version that wrote it)",
             STATE_VERSION,
         )
-        return {**data, "version": STATE_VERSION, "library_version": UNKNOWN_LIBRARY_VERSION}
+        return {
+            **data,
+            "version": STATE_VERSION,
+            "library_version": UNKNOWN_LIBRARY_VERSION,
+            "elastic": None,
+        }
+    if version == 2 and not isinstance(version, bool):
+        logger.info(
+            "resume: migrated a resume state from format version 2 to %d (no elastic "
+            "remainder epoch)",
+            STATE_VERSION,
+        )
+        return {**data, "version": STATE_VERSION, "elastic": None}
     lib = data.get("library_version")
     newer = isinstance(version, int) and not isinstance(version, bool) and version > STATE_VERSION
     raise ResumeStateError(
         describe(
             "Unsupported resume state version",
-            expected=f"version 1 or {STATE_VERSION} (this is robo_resume {library_version()})",
+            expected=f"version 1 to {STATE_VERSION} (this is robo_resume {library_version()})",
             found=f"version {version!r}"
             + (f", written by robo_resume {lib}" if isinstance(lib, str) else ""),
             fix=f"upgrade robo_resume to {lib or 'the version that wrote the state'} or newer"

@@ -5,22 +5,31 @@ Every item of a :class:`~robo_resume.dataset.ChunkedEpisodeDataset` carries a cu
 :meth:`CursorTracker.consume`: it keeps the newest cursor of each stream, counts batches, and
 returns the batch without the cursor key (so models see exactly lerobot's keys). Prefetched
 batches that never reached the loop are not recorded, so the saved state never skips them.
+
+After an elastic resume (:mod:`robo_resume.elastic`) the cursors of the first epoch count
+frames of the *remainder epoch*; the state then carries the chain it is recomputed from, until
+(in epoch mode) every stream has finished that epoch. ``batches`` counts from the elastic
+resume (the new topology's own count).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .errors import ResumeStateError, describe
+from .schedule import Topology
 from .state import ResumeState, StreamCursor
 
 if TYPE_CHECKING:
     from .dataset import ChunkedEpisodeDataset
 
 __all__ = ["CursorTracker"]
+
+logger = logging.getLogger("robo_resume")
 
 
 class CursorTracker:
@@ -39,6 +48,9 @@ class CursorTracker:
         self.num_workers: int | None = None
         self.cursors: dict[int, tuple[int, int]] = {}
         self.batches = 0
+        # chunks skipped with on_error="skip" (from the resume state, then from batches)
+        state = dataset.resume_state
+        self._skipped: list[dict[str, Any]] = [dict(r) for r in getattr(state, "skipped", ())]
 
     def _init(self, num_workers: int) -> None:
         _, starts, batches = self.dataset.start_point(num_workers)
@@ -88,7 +100,8 @@ class CursorTracker:
             )
         position = int(cur[-1, 4])
         n = cur.shape[0]
-        q = self.dataset.schedule(num_workers).frames_per_stream
+        stream = Topology(self.dataset.world_size, num_workers).stream_id(rank, role)
+        q = self.dataset.layout(num_workers).length(epoch, stream)  # a remainder epoch differs
         b = self.dataset.batch_size
         if n != b and not (self.dataset.infinite is False and position == q and n < b):
             raise ValueError(
@@ -102,11 +115,65 @@ class CursorTracker:
             )
         self.cursors[role] = (epoch, position)
         self.batches += 1
+        self._record_skips(batch)
+
+    def _record_skips(self, batch: Mapping[str, Any]) -> None:
+        from .dataset import SKIPPED_KEY
+
+        for r in batch.get(SKIPPED_KEY) or ():
+            r = {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in r.items()}
+            self._skipped.append(r)
+            logger.warning(
+                "skipped chunk (on_error='skip'): epoch=%d chunk=%d episode=%d frames=%d..%d "
+                "file=%s error=%s",
+                r["epoch"],
+                r["chunk"],
+                r["episode"],
+                r["frame"],
+                r["stop"] - 1,
+                r["file"],
+                r["error"],
+            )
+
+    @property
+    def skipped(self) -> tuple[dict[str, Any], ...]:
+        """Chunks skipped with ``on_error="skip"`` that the training loop got past.
+
+        One dict per skipped chunk (per epoch it was skipped in): ``epoch``, ``chunk``,
+        ``episode``, frames ``frame`` .. ``stop - 1`` skipped (``start`` is where the chunk's
+        segment began), the stream (``rank``, ``role``), the ``file`` named by the error and
+        the ``error`` text. Includes the skips the resume state carried; saved in
+        :meth:`state_dict`.
+        """
+        return tuple(self._skipped)
+
+    def skip_report(self) -> str:
+        """A human-readable summary of :attr:`skipped` (one line per chunk)."""
+        if not self._skipped:
+            return "robo_resume: no chunk skipped"
+        frames = sum(r["stop"] - r["frame"] for r in self._skipped)
+        episodes = sorted({r["episode"] for r in self._skipped})
+        lines = [
+            f"robo_resume: {len(self._skipped)} chunk(s) skipped ({frames} frames) in "
+            f"episodes {episodes}:"
+        ]
+        for r in self._skipped:
+            lines.append(
+                f"  epoch {r['epoch']} episode {r['episode']} frames {r['frame']}..{r['stop'] - 1}"
+                f" (chunk {r['chunk']}): {r['file']}: {r['error']}"
+            )
+        return "\n".join(lines)
 
     def consume(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        """:meth:`update`, then return the batch without the cursor key."""
+        """:meth:`update`, then return the batch without the cursor key (and skip records).
+
+        With ``on_error="skip"`` a batch can hold fewer frames than ``batch_size``, even
+        none (``len(batch["index"]) == 0``): skip such a batch in the training step.
+        """
+        from .dataset import SKIPPED_KEY
+
         self.update(batch)
-        return {k: v for k, v in batch.items() if k != self.key}
+        return {k: v for k, v in batch.items() if k != self.key and k != SKIPPED_KEY}
 
     @property
     def resume_step(self) -> int:
@@ -124,6 +191,17 @@ class CursorTracker:
                     fix="save the state after the first step, or use resume_step=0",
                 )
             )
+        label, origin = self.dataset.elastic_origin(self.num_workers)
+        cursors = dict(self.cursors)
+        if label is not None and not self.dataset.infinite:
+            # Epoch mode: once every stream has finished the remainder epoch, (label, its
+            # length) is (label + 1, 0) and the state no longer needs the elastic chain.
+            layout = self.dataset.layout(self.num_workers)
+            topo = Topology(self.dataset.world_size, self.num_workers)
+            ids = {r: topo.stream_id(self.dataset.rank, r) for r in cursors}
+            if all(e > label or p >= layout.length(e, ids[r]) for r, (e, p) in cursors.items()):
+                cursors = {r: (e + 1, 0) if e == label else (e, p) for r, (e, p) in cursors.items()}
+                label, origin = None, ()
         local = ResumeState(
             fingerprint=self.dataset.fingerprint,
             world_size=self.dataset.world_size,
@@ -131,8 +209,11 @@ class CursorTracker:
             batches=self.batches,
             cursors=tuple(
                 StreamCursor(self.dataset.rank, role, e, p)
-                for role, (e, p) in sorted(self.cursors.items())
+                for role, (e, p) in sorted(cursors.items())
             ),
+            skipped=tuple(self._skipped),
+            elastic_epoch=label,
+            origin=origin,
         )
         if gather and self.dataset.world_size > 1:
             import torch.distributed as dist

@@ -245,8 +245,8 @@ def test_state_is_json_and_fingerprinted(tab_root):
     other = ChunkedEpisodeDataset(
         tab_root, batch_size=4, seed=0, chunk_frames=8, resume_state=state
     )
-    with pytest.raises(ResumeStateError, match=r"different topology.*num_workers=0.*num_workers=2"):
-        next(iter(other.dataloader(num_workers=0)))
+    # Another num_workers re-partitions what the epoch has left (elastic, see test_elastic.py).
+    assert other.layout(0).remainder is not None and next(iter(other.dataloader(num_workers=0)))
 
 
 def test_resume_step_must_be_batch_multiple(tab_root):
