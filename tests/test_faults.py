@@ -279,7 +279,8 @@ def test_worker_killed_by_the_os_is_reported_with_a_hint(fault_root):
 
 @pytest.mark.timeout(60)
 def test_worker_killed_by_the_os_fork_workers(fault_root):
-    """Forked workers (torch's default): torch's SIGCHLD handler reports the signal."""
+    """Forked workers (torch's default start method), in a fresh process: torch reports the
+    dead worker ("is killed by signal" from its SIGCHLD handler, or "exited unexpectedly")."""
     code = f"""
 import os, re, signal, sys, time
 sys.path.insert(0, {str(HERE)!r})

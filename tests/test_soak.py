@@ -9,7 +9,7 @@ numbers.
 
 Short form by default (CI): ``SOAK_EPOCHS=6``, well under a minute. Long form:
 
-    SOAK_EPOCHS=200 SOAK_RSS_MB=64 .venv/bin/python -m pytest tests/test_soak.py -s -p no:randomly
+    SOAK_EPOCHS=200 SOAK_RSS_MB=64 .venv/bin/python -m pytest tests/test_soak.py -s
 
 (``SOAK_SEED`` picks the crash points, ``SOAK_RSS_MB`` the allowed growth after warm-up.)
 """
