@@ -1,8 +1,9 @@
 """Training process for the SIGKILL fault-injection test (tests/test_faults.py).
 
 A long-lived *zygote* (this script) imports torch and robo_resume once, prints ``ready`` and
-then reads commands on stdin: ``run <id>`` forks a fresh training process (its own session, so
-the test can also remove its DataLoader workers), prints ``pid <pid>``, waits for it and prints
+then reads commands on stdin: ``run <id> [<workdir>]`` forks a fresh training process (its own
+session, so the test can also remove its DataLoader workers; ``--workdir`` unless given), prints
+``pid <pid>``, waits for it and prints
 ``exit <pid> <status>`` (negative: killed by that signal); ``quit`` ends. The zygote runs no torch
 code itself, so forking it is safe, and each training run costs a fork instead of a
 two-second interpreter start, which lets one test SIGKILL and resume a run 20+ times.
@@ -32,7 +33,7 @@ import traceback
 from pathlib import Path
 
 
-def train(args: argparse.Namespace, run: int) -> None:
+def train(args: argparse.Namespace, run: int, workdir: str) -> None:
     """One training run (in a forked process)."""
     import torch
 
@@ -40,7 +41,7 @@ def train(args: argparse.Namespace, run: int) -> None:
     from robo_resume.audit import epochs_started
     from robo_resume.checkpoint import load_checkpoint, save_checkpoint
 
-    work = Path(args.workdir)
+    work = Path(workdir)
     fd = os.open(work / "log.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log(**event) -> None:
@@ -133,7 +134,7 @@ def main() -> int:
                 # not the zygote's command pipe (DataLoader workers close stdin when they start)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
                 sys.stdin = open(os.devnull)
-                train(args, int(cmd[1]))
+                train(args, int(cmd[1]), cmd[2] if len(cmd) > 2 else args.workdir)
                 code = 0
             except BaseException:
                 traceback.print_exc()

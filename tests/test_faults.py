@@ -34,7 +34,7 @@ from robo_resume import (
     CorruptFileError,
     MissingFileError,
 )
-from robo_resume.audit import consume, epochs_started
+from robo_resume.audit import epochs_started
 from robo_resume.dataset import SKIPPED_KEY, WORKER_DIED_HINT
 
 HERE = Path(__file__).resolve().parent
@@ -78,6 +78,14 @@ def test_sigkill_training_20_times_exactly_once(kill_root, tmp_path):
     t0 = time.perf_counter()
     try:
         assert zygote.stdout.readline().strip() == "ready"
+        # the uninterrupted run first, by the same code (one fork, a second or so)
+        ref_dir = tmp_path / "reference"
+        ref_dir.mkdir()
+        zygote.stdin.write(f"run 0 {ref_dir}\n")
+        zygote.stdin.flush()
+        while not (line := zygote.stdout.readline()).startswith("exit"):
+            assert line, f"the zygote died: {(tmp_path / 'zygote.err').read_text()[-3000:]}"
+        assert line.split()[2] == "0", (tmp_path / "zygote.err").read_text()[-3000:]
         run = 0
         while True:
             zygote.stdin.write(f"run {run}\n")
@@ -144,11 +152,10 @@ def test_sigkill_training_20_times_exactly_once(kill_root, tmp_path):
         got_steps += steps
     assert [e["step"] for e in got_steps] == list(range(1, len(got_steps) + 1))
 
-    def make(**kw):
-        return ChunkedEpisodeDataset(kill_root, batch_size=8, seed=seed, chunk_frames=16, **kw)
-
-    reference, _ = consume(make, num_workers=2, epochs=epochs)
-    ref = [b for _, b in reference]
+    ref = [e["index"] for e in _read_log(ref_dir / "log.jsonl") if e["event"] == "step"]
+    assert len(ref) == epochs * ChunkedEpisodeDataset(
+        kill_root, batch_size=8, seed=seed, chunk_frames=16
+    ).batches_per_epoch(2)
     got = [e["index"] for e in got_steps]
     total = sum(KILL_LENGTHS)
     for epoch in range(epochs):
