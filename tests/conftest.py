@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -91,11 +92,34 @@ def lerobot_written(tmp_path_factory) -> Path:
     return root
 
 
+def _stats_file(pid: int) -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"robo_resume_conformance_{pid}.jsonl"
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist, each worker hands its conformance counts to the controller."""
+    if hasattr(session.config, "workerinput") and CONFORMANCE_STATS["items"]:
+        import json
+
+        with open(_stats_file(os.getppid()), "a") as f:
+            f.write(json.dumps(CONFORMANCE_STATS) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter):
     """Print how many items the lerobot conformance tests compared (for the closing note)."""
-    STATS = CONFORMANCE_STATS
-    if STATS["items"]:
+    import json
+
+    items, worst = CONFORMANCE_STATS["items"], CONFORMANCE_STATS["max_image_diff"]
+    shared = _stats_file(os.getpid())
+    if shared.is_file():  # the xdist workers' counts
+        for line in shared.read_text().splitlines():
+            stats = json.loads(line)
+            items += stats["items"]
+            worst = max(worst, stats["max_image_diff"])
+        shared.unlink()
+    if items:
         terminalreporter.write_line(
-            f"lerobot conformance: {STATS['items']} items compared, "
-            f"max image difference {STATS['max_image_diff']}"
+            f"lerobot conformance: {items} items compared, max image difference {worst}"
         )

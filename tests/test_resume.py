@@ -46,6 +46,9 @@ def flat(batches):
     return [b for _, b in batches]
 
 
+_FULL: dict[str, list] = {}
+
+
 def run_resume(
     root,
     *,
@@ -64,12 +67,17 @@ def run_resume(
         return ChunkedEpisodeDataset(root, batch_size=batch_size, infinite=infinite, **kw, **extra)
 
     common = dict(num_workers=num_workers, loader_kwargs=loader_kwargs)
+    # The uninterrupted run depends on the configuration only: run it once per configuration.
+    key = repr((root, num_workers, batch_size, epochs, infinite, total, loader_kwargs, kw))
+    if key not in _FULL:
+        _FULL[key] = consume(
+            make, **(dict(stop_after=total) if infinite else dict(epochs=epochs)), **common
+        )[0]
+    full = _FULL[key]
     if infinite:
-        full, _ = consume(make, stop_after=total, **common)
         before, state = consume(make, stop_after=crash_at, **common)
         left = dict(stop_after=total - crash_at)
     else:
-        full, _ = consume(make, epochs=epochs, **common)
         before, state = consume(make, epochs=epochs, stop_after=crash_at, **common)
         left = dict(epochs=epochs - epochs_started(make(), state, num_workers))
     arith, _ = consume(make, resume_step=crash_at * batch_size, **common, **left)
