@@ -105,9 +105,9 @@ class StreamTuning:
         cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
         block_frames: frames read from one chunk at a time (bounds memory per open chunk).
         tolerance_s: video frame time tolerance (lerobot's default 1e-4 s).
-        decoder_threads: FFmpeg threads per video decoder; None (default): FFmpeg's choice when
-            streaming in the main process (``num_workers=0``), 1 in DataLoader workers (the
-            workers already keep the cores busy).
+        decoder_threads: FFmpeg threads per video decoder (0: FFmpeg's choice). Default 1: the
+            DataLoader workers (or the camera threads) keep the cores busy, and PyAV decoders
+            with FFmpeg threads were seen to deadlock when garbage-collected.
         camera_threads: cameras decoded concurrently (PyAV releases the GIL while decoding);
             None (default): one thread per camera in the main process, 1 in workers.
     """
@@ -118,7 +118,7 @@ class StreamTuning:
     cut_at_keyframes: bool = False
     block_frames: int = 16
     tolerance_s: float = 1e-4
-    decoder_threads: int | None = None
+    decoder_threads: int = 1
     camera_threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -242,7 +242,7 @@ class ChunkedEpisodeDataset(IterableDataset):
                 image_dtype=image_dtype,
                 image_transforms=image_transforms,
                 tolerance_s=self.tuning.tolerance_s,
-                decoder_threads=self.tuning.decoder_threads or 0,
+                decoder_threads=self.tuning.decoder_threads,
             ),
         )
         spans = [
@@ -548,13 +548,12 @@ class ChunkedEpisodeDataset(IterableDataset):
         """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
         worker = _in_worker()
         t = self.tuning
-        dec = t.decoder_threads if t.decoder_threads is not None else (1 if worker else 0)
         cams = (
             t.camera_threads
             if t.camera_threads is not None
             else (1 if worker else len(self.meta.camera_keys))
         )
-        self.items.decoder_threads, self.items.camera_threads = dec, max(cams, 1)
+        self.items.camera_threads = max(cams, 1)
 
     def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
         """Items of the stream from ``(epoch, position)``, one dict per frame."""

@@ -42,7 +42,8 @@ class ItemOptions:
             between processes; convert with ``x.float() / 255`` later).
         image_transforms: callable applied to each camera tensor of an item, as in lerobot.
         tolerance_s: how far a decoded frame's time may be from the wanted time (lerobot: 1e-4).
-        decoder_threads: threads per video decoder (0 = FFmpeg's choice).
+        decoder_threads: FFmpeg threads per video decoder (0 = FFmpeg's choice; default 1,
+            see :class:`~robo_resume.dataset.StreamTuning`).
     """
 
     delta_timestamps: Mapping[str, Sequence[float]] | None = None
@@ -51,7 +52,7 @@ class ItemOptions:
         default=None, compare=False
     )
     tolerance_s: float = 1e-4
-    decoder_threads: int = 0
+    decoder_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.image_dtype not in IMAGE_DTYPES:

@@ -42,7 +42,7 @@ class LeRobotReader(torch.utils.data.Dataset):
         image_transforms: applied to each camera tensor of an item.
         image_dtype: "float32" (lerobot's default) or "uint8".
         tolerance_s: timestamp tolerance when matching video frames (lerobot default 1e-4).
-        decoder_threads: threads per decoder (0 = FFmpeg's choice).
+        decoder_threads: FFmpeg threads per decoder (0 = FFmpeg's choice; default 1).
 
     ``len(reader)`` is the number of selected frames; ``reader[i]`` is the ``i``-th of them in
     episode order. Picklable (open decoders are not carried along).
@@ -59,7 +59,7 @@ class LeRobotReader(torch.utils.data.Dataset):
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
         tolerance_s: float = 1e-4,
-        decoder_threads: int = 0,
+        decoder_threads: int = 1,
         meta: DatasetMeta | None = None,
     ) -> None:
         if meta is None and (repo_id is not None or root is None):
