@@ -6,8 +6,8 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of
   as uint8 and as float32 (lerobot's layout);
 - ``lerobot``: ``LeRobotDataset(..., video_backend="pyav")`` in a shuffled ``DataLoader`` (what
   lerobot's trainer does), same workers, batch size and ``delta_timestamps``; float32 images;
-- ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, FFmpeg's
-  default threading) over the same videos, with no dataset around it.
+- ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, one FFmpeg
+  thread per decoder as in robo_resume) over the same episodes' videos, no dataset around it.
 
 Each measurement starts the loader, discards ``--warmup`` batches (worker start-up, first seeks)
 and times the next ``--batches`` batches. Datasets: (a) factory 96x96, 2 cameras, AV1 with a
@@ -154,7 +154,9 @@ def run_ceiling(case: Case, frames: int) -> float:
 
     The same content as the loaders see: every selected episode's video (the mp4 its frames
     are in) contributes its share of ``frames``, decoded from the start of the episode's range
-    in the file, in order, to RGB uint8 arrays (FFmpeg's default threading), no dataset around.
+    in the file, in order, to RGB uint8 arrays, no dataset around. One FFmpeg thread per
+    decoder, like robo_resume's decoders: PyAV 15.1 decoders with FFmpeg frame threads
+    deadlocked here when closed in the middle of a stream.
     """
     import av
 
@@ -166,7 +168,7 @@ def run_ceiling(case: Case, frames: int) -> float:
         for ref in case.meta.episode(e).videos.values():
             with av.open(str(case.root / ref.path)) as c:
                 s = c.streams.video[0]
-                s.thread_type = "AUTO"
+                s.thread_count = 1
                 if ref.from_timestamp > 0:
                     c.seek(int(ref.from_timestamp / s.time_base), stream=s)
                 left = share
@@ -287,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in cases:
         rows.extend(measure(case, args))
+        if args.json:  # partial results survive an interrupted run
+            write_json(args.json, {"machine": info, "batch_size": BATCH, "rows": rows})
 
     table = [
         [

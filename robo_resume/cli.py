@@ -318,7 +318,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 continue
             with av.open(str(path)) as c:
                 s = c.streams.video[0]
-                s.thread_type = "AUTO"
+                s.thread_count = 1  # FFmpeg frame threads can deadlock on close
                 for fr in c.decode(s):
                     fr.to_ndarray(format="rgb24")
                     decoded += 1
