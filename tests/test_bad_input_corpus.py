@@ -587,14 +587,10 @@ def _stream(root: Path, episodes: list[int] | None = None, *, first_batch: bool 
 @pytest.mark.parametrize("broken", CASES, ids=[c.id for c in CASES], indirect=True)
 def test_corpus(broken, request):
     case, root = broken
-    if case.wired == "video" and not _video_check_wired():
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="items.py does not call check_video_stream yet")
-        )
-    if case.wired == "table" and not _table_check_wired(root):
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="items.py gives ParquetTable no fps/features yet")
-        )
+    if case.wired == "video":
+        assert _video_check_wired(), "items.py must compare each video with info.json"
+    if case.wired == "table":
+        assert _table_check_wired(root), "items.py must give ParquetTable the fps and features"
     if case.stage == "load":
         for make in (
             load_metadata,
