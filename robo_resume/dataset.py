@@ -21,8 +21,10 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +46,7 @@ from .errors import (
 from .format.metadata import DatasetMeta, load_metadata
 from .format.video import VideoReader, decoded_in_this_process
 from .hub import resolve_dataset
-from .items import ItemBuilder, ItemOptions
+from .items import ItemBuilder, ItemOptions, to_float
 from .plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
 from .schedule import (
     Group,
@@ -77,6 +79,13 @@ CURSOR_KEY = "robo_resume_cursor"
 """Item key of the cursor: int64 ``[rank, role, num_workers, epoch, position]``."""
 
 MAX_WORKERS = 128
+RING = 4
+"""Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
+reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory costs more per
+frame than decoding it at 480x640, because the kernel faults in and zeroes every page."""
+RELEASE_KEY = "_robo_resume_release"
+"""Batch entry ``(slot, token)`` naming the worker's ring buffer the batch's cameras live in;
+:class:`BatchLoader`'s iterator removes it and frees the slot when the batch is dropped."""
 
 ON_ERROR = ("raise", "skip")
 """Values of ``ChunkedEpisodeDataset(on_error=...)``."""
@@ -288,6 +297,9 @@ class ChunkedEpisodeDataset(IterableDataset):
             self._skip_from[key] = min(r["frame"], self._skip_from.get(key, r["frame"]))
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
+        # Shared table of the workers' ring buffers: 0 free, else the token of the batch in use
+        self._ring_flags = torch.zeros((MAX_WORKERS, RING), dtype=torch.int64).share_memory_()
+        self._ring: dict[int, dict[str, torch.Tensor]] = {}  # this worker's buffers per slot
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
@@ -488,14 +500,22 @@ class ChunkedEpisodeDataset(IterableDataset):
             )
         return self._generate(*self._start_stream())
 
-    def iter_batches(self, *, image_dtype: str | None = None) -> Iterator[dict[str, Any]]:
+    def iter_batches(
+        self, *, image_dtype: str | None = None, recycle: bool = False
+    ) -> Iterator[dict[str, Any]]:
         """This worker's stream as whole batches, equal to ``default_collate`` of the items.
 
         What :meth:`dataloader` uses (with ``batch_size=None``): the batches a DataLoader with
         ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
         by item and collated, which is several times cheaper per frame.
+
+        ``recycle`` (for :class:`BatchLoader`, whose iterator frees them): in a DataLoader
+        worker, camera buffers come from a ring of :data:`RING` shared-memory buffers, and each
+        batch carries :data:`RELEASE_KEY`.
         """
-        return self._generate_batches(*self._start_stream(), image_dtype=image_dtype)
+        return self._generate_batches(
+            *self._start_stream(), image_dtype=image_dtype, recycle=recycle
+        )
 
     def _start_stream(self):
         info = get_worker_info()
@@ -572,7 +592,16 @@ class ChunkedEpisodeDataset(IterableDataset):
                 yield {k: v[i] for k, v in cols.items()}
 
     def _generate_batches(
-        self, sched, stream, role, num_workers, epoch, position, slot, image_dtype=None
+        self,
+        sched,
+        stream,
+        role,
+        num_workers,
+        epoch,
+        position,
+        slot,
+        image_dtype=None,
+        recycle=False,
     ):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
@@ -583,28 +612,44 @@ class ChunkedEpisodeDataset(IterableDataset):
         self._configure_decoding()
         b = self.batch_size
         pending: list[_Block] = []
-        have = 0
+        shared = _in_worker()
+        opts = self.items.options
+        target = _BatchTarget(
+            self.items,
+            b,
+            shared=shared,
+            final=(image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None,
+            ring=self._worker_ring() if recycle and shared else None,
+        )
         blocks = self._blocks(
-            sched, stream, role, num_workers, epoch, position, slot, lambda: b - have
+            sched, stream, role, num_workers, epoch, position, slot, lambda: b - target.have, target
         )
         for block in blocks:
             if block.size:
                 pending.append(block)
-                have += block.size
+                target.have += block.size
+            have = target.have
             if have == b or (have and not block.size and not self.drop_last):
                 last = pending[-1].cursor[-1].tolist()
                 self._live["epoch"], self._live["position"] = last[3], last[4]
                 skipped = [r for blk in pending for r in blk.skipped]
+                cols = _assemble(pending, self._empty_columns)
+                direct = target.take(pending)
+                if direct:  # cameras first, as in an item
+                    cols = {**direct, **{k: v for k, v in cols.items() if k not in direct}}
                 with _torch_threads():
-                    batch = self.items.finish(
-                        _assemble(pending, self._empty_columns),
-                        image_dtype=image_dtype,
-                        shared=_in_worker(),
-                    )
+                    batch = self.items.finish(cols, image_dtype=image_dtype, shared=shared)
                 if skipped:
                     batch[SKIPPED_KEY] = skipped
-                pending, have = [], 0
+                if target.ticket is not None:
+                    batch[RELEASE_KEY] = target.ticket
+                pending = []
                 yield batch
+
+    def _worker_ring(self) -> tuple[torch.Tensor, int, dict[int, dict[str, torch.Tensor]]]:
+        """(the shared flag table, this worker's row, this process's ring buffers)."""
+        info = get_worker_info()
+        return self._ring_flags, info.id if info is not None else 0, self._ring
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         """Zero-row numpy columns (a batch whose frames were all skipped), from a good frame."""
@@ -614,10 +659,11 @@ class ChunkedEpisodeDataset(IterableDataset):
                     return {k: v[:0] for k, v in r.raw(range(1)).items()}
         return {}
 
-    def _blocks(self, sched, stream, role, num_workers, epoch, position, slot, room):
+    def _blocks(self, sched, stream, role, num_workers, epoch, position, slot, room, into=None):
         """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
 
-        ``room()`` is the largest block the consumer wants next (blocks never cross it).
+        ``room()`` is the largest block the consumer wants next (blocks never cross it);
+        ``into`` (a :class:`_BatchTarget`) takes the cameras' frames straight into its buffers.
         ``sched`` is a :class:`~robo_resume.elastic.Layout` (a remainder epoch after an elastic
         resume, then the schedule's epochs) or a plain :class:`Schedule`.
         """
@@ -626,14 +672,14 @@ class ChunkedEpisodeDataset(IterableDataset):
             slot[0] = epoch + 1
             if position < layout.length(epoch, stream):
                 for group, offset in layout.iter_groups(epoch, stream, position):
-                    yield from self._read_group(group, offset, role, num_workers, epoch, room)
+                    yield from self._read_group(group, offset, role, num_workers, epoch, room, into)
             if not self.infinite:
                 yield _Block(0, [], np.zeros((0, 5), dtype=np.int64))
                 return
             epoch, position = epoch + 1, 0
 
     def _read_group(
-        self, group: Group, offset: int, role: int, num_workers: int, epoch: int, room
+        self, group: Group, offset: int, role: int, num_workers: int, epoch: int, room, into=None
     ) -> Iterator[_Block]:
         """Blocks of the group's frames from ``offset`` on (numpy parts, emission order).
 
@@ -644,6 +690,10 @@ class ChunkedEpisodeDataset(IterableDataset):
         state recorded as skipped are skipped from the recorded frame on without a retry.
         Assumes a broken file fails at the same read when read again from an earlier frame
         (block cuts after a resume position are the uninterrupted run's).
+
+        With ``into`` (a :class:`_BatchTarget`), camera frames are decoded into its buffers
+        at the block's positions in the batch (``into()`` gives the buffers and the position of
+        the block's first frame) and left out of the parts.
         """
         segs = group.segments
         k = len(segs)
@@ -677,7 +727,12 @@ class ChunkedEpisodeDataset(IterableDataset):
                                 readers[j] = self.items.episode_reader(
                                     seg.episode_index, nxt[j], seg.stop
                                 )
-                            raw = readers[j].raw(frames)
+                            dest = None
+                            if into is not None:
+                                bufs, base = into()
+                                at = rows[:good] + base
+                                dest = {cam: (buf, at) for cam, buf in bufs.items()}
+                            raw = readers[j].raw(frames, dest)
                         except SKIP_ERRORS as exc:
                             where = (
                                 f"frames {frames.start}..{frames.stop - 1} of episode "
@@ -709,7 +764,7 @@ class ChunkedEpisodeDataset(IterableDataset):
                 cursor[:, 4] = np.arange(position + 1, position + n + 1)
                 position += n
                 i += n
-                yield _Block(n, parts, cursor, kept, events)
+                yield _Block(n, parts, cursor, kept, events, keep)
         finally:
             for r in readers:
                 if r is not None:
@@ -787,7 +842,12 @@ class ChunkedEpisodeDataset(IterableDataset):
         ):
             float_keys = tuple(self.meta.camera_keys)
         return BatchLoader(
-            _Batches(self, "uint8" if float_keys else None),
+            # pinned batches are copies: the workers' ring buffers would never be released
+            _Batches(
+                self,
+                "uint8" if float_keys else None,
+                recycle=not kwargs.get("pin_memory", False),
+            ),
             float_keys=float_keys,
             num_workers=num_workers,
             **kwargs,
@@ -839,13 +899,16 @@ class ChunkedEpisodeDataset(IterableDataset):
 class _Batches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
-    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
+    def __init__(
+        self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None, recycle: bool = False
+    ) -> None:
         super().__init__()
         self.dataset = dataset
         self.image_dtype = image_dtype
+        self.recycle = recycle
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self.dataset.iter_batches(image_dtype=self.image_dtype)
+        return self.dataset.iter_batches(image_dtype=self.image_dtype, recycle=self.recycle)
 
 
 class BatchLoader(torch.utils.data.DataLoader):
@@ -862,12 +925,16 @@ class BatchLoader(torch.utils.data.DataLoader):
         super().__init__(dataset, batch_size=None, **kwargs)
 
     def __iter__(self):
-        return _LoaderIterator(super().__iter__(), self.float_keys)
+        ds = self.dataset
+        ring = None
+        if getattr(ds, "recycle", False) and self.num_workers > 0 and not self.pin_memory:
+            ring = (ds.dataset._ring_flags, tuple(ds.dataset.meta.camera_keys))
+        return _LoaderIterator(super().__iter__(), self.float_keys, ring)
 
 
 def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     for k in keys:
-        batch[k] = batch[k].to(torch.float32).div_(255)
+        batch[k] = to_float(batch[k])  # one pass into a pooled buffer (see BufferPool)
     return batch
 
 
@@ -899,15 +966,44 @@ def _dead_workers(it: Any, wait_s: float = 2.0) -> list[str]:
         time.sleep(0.05)
 
 
+def _release_when_dropped(
+    batch: dict[str, Any], ticket: Sequence[int], flags: torch.Tensor, cameras: Sequence[str]
+) -> None:
+    """Free the worker's ring slot ``ticket`` once the batch's camera tensors are all gone.
+
+    Each camera tensor is handed on as a tensor over a numpy view of it; the view lives as long
+    as anything refers to that memory (the tensor, its views, arrays made from it). When the
+    last view dies the slot's flag goes back to 0, if it still holds this batch's token.
+    """
+    idx, token = int(ticket[0]), int(ticket[1])
+    flat = flags.view(-1)
+    keys = [k for k in cameras if isinstance(batch.get(k), torch.Tensor)]
+    left = [len(keys)]
+
+    def dropped() -> None:
+        left[0] -= 1
+        if left[0] == 0 and int(flat[idx]) == token:
+            flat[idx] = 0
+
+    for k in keys:
+        view = batch[k].numpy()
+        weakref.finalize(view, dropped)
+        batch[k] = torch.from_numpy(view)
+    if not keys:
+        left[0] = 1
+        dropped()
+
+
 class _LoaderIterator:
     """:class:`BatchLoader`'s iterator: torch's, with float conversion and a hint on dead workers.
 
     Other attributes (``_workers``, ``__len__``, ...) are torch's iterator's.
     """
 
-    def __init__(self, it: Any, float_keys: tuple[str, ...]) -> None:
+    def __init__(self, it: Any, float_keys: tuple[str, ...], ring: Any = None) -> None:
         self._it = it
         self._float_keys = float_keys
+        self._ring = ring  # (flag table, camera keys) when workers reuse ring buffers
 
     def __iter__(self) -> _LoaderIterator:
         return self
@@ -929,6 +1025,9 @@ class _LoaderIterator:
                 f"DataLoader worker (pid(s) {', '.join(dead)}) died while sending a batch "
                 f"({type(exc).__name__}: {exc})\n{WORKER_DIED_HINT}"
             ) from exc
+        ticket = batch.pop(RELEASE_KEY, None) if isinstance(batch, dict) else None
+        if ticket is not None and self._ring is not None:
+            _release_when_dropped(batch, ticket, *self._ring)
         return _to_float(batch, self._float_keys) if self._float_keys else batch
 
     def __len__(self) -> int:
@@ -951,6 +1050,7 @@ class _Block:
     cursor: np.ndarray
     kept: int | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    keep: np.ndarray | None = None  # which positions were read (None: all)
 
     @property
     def frames(self) -> int:
@@ -1018,6 +1118,91 @@ def _torch_threads():
         yield
     finally:
         torch.set_num_threads(n)
+
+
+class _BatchTarget:
+    """The camera buffers of the batch being built, which the blocks decode straight into.
+
+    ``final`` buffers are the batch's own tensors (uint8 output without transforms): shared
+    memory in a worker, pooled memory (:data:`robo_resume.items.BUFFERS`) in the main
+    process. Otherwise (float32 or transforms follow) one private scratch buffer per camera is
+    reused batch after batch: the conversion reads it before the next batch is decoded.
+    ``have`` counts the positions of the batch read so far (the consumer advances it).
+    """
+
+    def __init__(
+        self, items: Any, size: int, *, shared: bool, final: bool, ring: Any = None
+    ) -> None:
+        self.items, self.size, self.shared, self.final = items, size, shared, final
+        self.cameras = [c for c in items.meta.camera_keys if items.camera_shape(c) is not None]
+        self.have = 0
+        self._bufs: dict[str, torch.Tensor] | None = None
+        self._arrays: dict[str, np.ndarray] = {}
+        self._scratch: dict[str, torch.Tensor] | None = None
+        self._ring = ring if final and shared else None
+        self._sent = 0
+        self.ticket: tuple[int, int] | None = None  # (flag index, token) of the last batch
+        self._taking: tuple[int, int] | None = None
+
+    def _from_ring(self) -> dict[str, torch.Tensor] | None:
+        """Buffers of a free ring slot, marked in use with a new token (None: all in use).
+
+        A slot is free when its flag is 0; the worker sets the token, the main process sets 0
+        again when the batch using it is gone (only if the token still matches), so a late
+        release from an earlier iterator's batch never frees another batch's slot.
+        """
+        flags, row, bufs = self._ring
+        free = (flags[row] == 0).nonzero()
+        if not len(free):
+            return None
+        k = int(free[0])
+        self._sent = (self._sent + 1) & 0xFFFFFF
+        token = (os.getpid() << 24) | self._sent
+        flags[row, k] = token
+        self._taking = (row * RING + k, token)
+        if k not in bufs:
+            bufs[k] = {c: self.items.camera_buffer(c, self.size, shared=True) for c in self.cameras}
+        return bufs[k]
+
+    def __call__(self) -> tuple[dict[str, np.ndarray], int]:
+        """The buffers (numpy views, allocated on first use per batch) and ``have``."""
+        if self._bufs is None:
+            if self.final:
+                self._bufs = self._from_ring() if self._ring is not None else None
+                if self._bufs is None:
+                    self._bufs = {
+                        c: self.items.camera_buffer(c, self.size, shared=self.shared)
+                        for c in self.cameras
+                    }
+            else:
+                if self._scratch is None:
+                    self._scratch = {
+                        c: torch.empty((self.size, *self.items.camera_shape(c)), dtype=torch.uint8)
+                        for c in self.cameras
+                    }
+                self._bufs = self._scratch
+            self._arrays = {c: t.numpy() for c, t in self._bufs.items()}
+        return self._arrays, self.have
+
+    def take(self, blocks: list[_Block]) -> dict[str, Any]:
+        """The batch's camera columns (tensors if final, else numpy) and a fresh start."""
+        bufs, n = self._bufs, self.have
+        self._bufs, self._arrays, self.have = None, {}, 0
+        self.ticket, self._taking = self._taking, None
+        if bufs is None:
+            return {}
+        keep = None
+        if any(b.keep is not None for b in blocks):  # skipped frames: keep the read ones
+            keep = np.concatenate(
+                [b.keep if b.keep is not None else np.ones(b.size, dtype=bool) for b in blocks]
+            )
+        out: dict[str, Any] = {}
+        for c, t in bufs.items():
+            t = t[:n] if n < self.size else t
+            if keep is not None:
+                t = t[torch.from_numpy(keep)]
+            out[c] = t if self.final else t.numpy()
+        return out
 
 
 def _assemble(

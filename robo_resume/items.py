@@ -11,6 +11,8 @@ decoder per camera open, so a range is built with one parquet read and one seek 
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,6 +114,71 @@ def _empty(shape: torch.Size, dtype: torch.dtype, shared: bool) -> torch.Tensor:
         numel *= d
     storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(numel)
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
+class BufferPool:
+    """Large output buffers, reused once nothing refers to them any more.
+
+    A fresh 100 MB tensor costs more to fault in page by page (the kernel zeroes every page)
+    than the uint8 -> float32 conversion that fills it; a training loop that drops each batch
+    before (or right after) asking for the next needs only two buffers in turn. :meth:`empty`
+    returns a tensor over a pooled numpy buffer; when the last reference to its memory goes
+    (the tensor, its views, arrays made from it), the buffer returns to the pool. At most
+    ``keep`` free buffers per shape and dtype are held; requests smaller than ``min_bytes``
+    are plain ``torch.empty``. Thread-safe.
+    """
+
+    def __init__(self, keep: int = 2, min_bytes: int = 1 << 20) -> None:
+        self.keep, self.min_bytes = keep, min_bytes
+        self._free: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self.reused = 0  # buffers handed out again (tests and benchmarks read it)
+
+    def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised CPU tensor of ``shape`` and ``dtype`` (see the class)."""
+        shape = tuple(int(d) for d in shape)
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        if int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize < self.min_bytes:
+            return torch.empty(shape, dtype=dtype)
+        key = (shape, np_dtype.str)
+        with self._lock:
+            free = self._free.get(key)
+            base = free.pop() if free else None
+            if base is not None:
+                self.reused += 1
+        if base is None:
+            base = np.empty(shape, dtype=np_dtype)
+        view = base.view()  # the tensor's storage holds this array; its death frees `base`
+        weakref.finalize(view, self._put, key, base)
+        return torch.from_numpy(view)
+
+    def _put(self, key: tuple[tuple[int, ...], str], base: np.ndarray) -> None:
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self.keep:
+                free.append(base)
+
+    def clear(self) -> None:
+        """Drop the free buffers (memory in use stays with its tensors)."""
+        with self._lock:
+            self._free.clear()
+
+
+BUFFERS = BufferPool()
+"""The process's pool for float32 images and uint8 batches built in this process."""
+
+
+def to_float(src: torch.Tensor, shared: bool = False) -> torch.Tensor:
+    """uint8 images -> float32 in [0, 1] (``x / 255``, the values lerobot computes).
+
+    One pass into a pooled buffer (:data:`BUFFERS`), or into shared memory when ``shared``.
+    """
+    if shared:
+        dst = _empty(src.shape, torch.float32, True)
+    else:
+        dst = BUFFERS.empty(src.shape, torch.float32)
+    np.divide(src.numpy(), np.float32(255), out=dst.numpy(), dtype=np.float32)
+    return dst
 
 
 def _to_tensor(values: np.ndarray) -> torch.Tensor:
@@ -262,6 +329,8 @@ class ItemBuilder:
         data columns get lerobot's dtypes, ``task`` becomes a list of strings. At most one copy
         per camera (the float conversion), written straight into shared memory when ``shared``
         (a DataLoader worker: the batch then crosses to the main process without another copy).
+        A camera value that is already a uint8 tensor (decoded into its final buffer, see
+        :meth:`camera_buffer`) is used as it is when no conversion is asked for.
         """
         dtype = torch.float32 if (image_dtype or self.options.image_dtype) == "float32" else None
         transform = self.options.image_transforms
@@ -269,14 +338,16 @@ class ItemBuilder:
         out: dict[str, Any] = {}
         for key, v in raw.items():
             if key in self._cameras:
-                t = torch.from_numpy(v)  # (..., C, H, W) uint8
-                if transform is None and dtype is None and not shared:
+                ready = isinstance(v, torch.Tensor)  # decoded into its final buffer already
+                t = v if ready else torch.from_numpy(v)  # (..., C, H, W) uint8
+                if transform is None and dtype is None and (ready or not shared):
                     out[key] = t  # already in place: no copy
                     continue
                 if transform is None:
-                    dst = _empty(t.shape, dtype or torch.uint8, shared)
-                    dst.copy_(t)
-                    t = dst.div_(255) if dtype is not None else dst
+                    if dtype is not None:
+                        t = to_float(t, shared)
+                    else:
+                        t = _empty(t.shape, torch.uint8, shared).copy_(t)
                 else:
                     t = t.to(dtype) / 255 if dtype is not None else t.contiguous()
                     t = torch.stack([transform(img) for img in t])
@@ -286,6 +357,29 @@ class ItemBuilder:
             else:
                 out[key] = _to_tensor(v)
         return out
+
+    def camera_shape(self, camera: str) -> tuple[int, ...] | None:
+        """One item's shape of ``camera``: ``(3, H, W)``, or ``(w, 3, H, W)`` with a delta window
+        of ``w`` > 1 frames; None when info.json does not give the frame size."""
+        size = self.meta.frame_size(camera)
+        if size is None:
+            return None
+        d = (self.delta or {}).get(camera)
+        w = 1 if d is None else len(d)
+        return (3, *size) if w == 1 else (w, 3, *size)
+
+    def camera_buffer(self, camera: str, n: int, *, shared: bool) -> torch.Tensor | None:
+        """An uninitialised uint8 tensor for ``n`` items of ``camera`` to decode into.
+
+        In shared memory when ``shared`` (a worker's batch), else from :data:`BUFFERS`. None
+        when the camera's shape is unknown (see :meth:`camera_shape`).
+        """
+        shape = self.camera_shape(camera)
+        if shape is None:
+            return None
+        if shared:
+            return _empty((n, *shape), torch.uint8, True)
+        return BUFFERS.empty((n, *shape), torch.uint8)
 
     def episode_reader(
         self, episode_index: int, start: int, stop: int, *, cache_frames: int | None = None
@@ -394,13 +488,21 @@ class EpisodeRangeReader:
         """The items of ``frames`` as columns: what ``default_collate`` makes of :meth:`items`."""
         return self.builder.finish(self.raw(frames))
 
-    def raw(self, frames: Sequence[int] | range) -> dict[str, np.ndarray]:
+    def raw(
+        self,
+        frames: Sequence[int] | range,
+        into: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> dict[str, np.ndarray]:
         """The items of ``frames`` as numpy columns, before :meth:`ItemBuilder.finish`.
 
         Every value has the frames along its first axis, in the key order of an item. Camera
         frames are RGB uint8 ``(..., 3, H, W)``; ``task`` holds task indices. Rows of
         several calls can be concatenated and reordered with plain numpy (memory copies) before
         the one conversion to tensors, which is what the streaming path does per batch.
+
+        ``into`` maps cameras to ``(buffer, rows)``: those cameras' frames are decoded straight
+        into ``buffer[rows[i]]`` for ``frames[i]`` (shape :meth:`ItemBuilder.camera_shape`) and
+        left out of the result.
         """
         frames = np.asarray(frames, dtype=np.int64)
         if frames.size == 0:
@@ -431,8 +533,11 @@ class EpisodeRangeReader:
         cams = list(self.ep.videos)
         for cam in cams:
             self._video(cam)  # acquire decoders here, not on the decoding threads
-        images = b.map_cameras(lambda cam: self._images(cam, query.get(cam), frames), cams)
-        out.update(zip(cams, images, strict=True))
+        into = into or {}
+        images = b.map_cameras(
+            lambda cam: self._images(cam, query.get(cam), frames, into.get(cam)), cams
+        )
+        out.update((c, im) for c, im in zip(cams, images, strict=True) if c not in into)
         for c in b.columns:
             out[c] = self.rows[c][query[c] - self.lo if c in query else local]
         out.update(pads)
@@ -452,22 +557,38 @@ class EpisodeRangeReader:
             self.builder.check_video(cam, video)
         return video
 
-    def _images(self, cam: str, q: np.ndarray | None, frames: np.ndarray) -> np.ndarray:
-        """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``."""
+    def _images(
+        self,
+        cam: str,
+        q: np.ndarray | None,
+        frames: np.ndarray,
+        into: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``.
+
+        With ``into = (buffer, rows)`` they are written to ``buffer[rows]`` instead (and
+        ``buffer`` is returned)."""
         ref = self.ep.videos[cam]
         wanted = q if q is not None else frames
         uniq = np.unique(wanted) if q is not None else frames
         times = ref.from_timestamp + self.timestamps[uniq - self.lo]
+        direct = into is not None and q is None
         decoded = self._video(cam).frames_at(
             times,
             tolerance_s=self.builder.options.tolerance_s,
             frame_numbers=uniq.tolist(),
             channels_first=True,
+            out=into[0] if direct else None,
+            rows=into[1] if direct else None,
         )
         if q is None:
             return decoded
-        out = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
-        return out[:, 0] if out.shape[1] == 1 else out  # lerobot squeezes a single frame
+        picked = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
+        picked = picked[:, 0] if picked.shape[1] == 1 else picked  # lerobot squeezes one frame
+        if into is None:
+            return picked
+        into[0][into[1]] = picked
+        return into[0]
 
 
 def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:

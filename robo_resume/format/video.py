@@ -16,6 +16,7 @@ import bisect
 import os
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,6 +287,8 @@ class VideoReader:
         tolerance_s: float = 1e-4,
         frame_numbers: list[int] | None = None,
         channels_first: bool = False,
+        out: np.ndarray | None = None,
+        rows: Sequence[int] | np.ndarray | None = None,
     ) -> np.ndarray:
         """Return RGB uint8 frames ``(n, H, W, 3)`` shown at ``timestamps`` (seconds, in the file).
 
@@ -297,14 +300,24 @@ class VideoReader:
         differ by less than ``tolerance_s`` (lerobot's default is 1e-4 s). Raises
         :class:`VideoDecodeError` naming the file, episode and frame if a timestamp has no
         frame (``frame_numbers`` gives the frame indices used in that message).
+
+        With ``out`` (an array with frames along its first axis, ``(3, H, W)`` or ``(H, W, 3)``
+        per frame to match ``channels_first``), the frame for ``timestamps[i]`` is decoded
+        straight into ``out[rows[i]]`` (``rows`` defaults to ``0..n-1``) and ``out`` is returned:
+        the streaming path decodes into its batch buffer this way, without another copy.
         """
         ts = np.asarray(timestamps, dtype=np.float64)
         n = len(ts)
         if n == 0:
-            return np.zeros((0, 0, 0, 3), dtype=np.uint8)
+            return out if out is not None else np.zeros((0, 0, 0, 3), dtype=np.uint8)
         if n > 1 and np.any(np.diff(ts) < 0):
             raise ValueError("frames_at needs non-decreasing timestamps")
-        out: np.ndarray | None = None
+        if out is not None:
+            at = list(range(n)) if rows is None else [int(r) for r in rows]
+            if len(at) != n:
+                raise ValueError(f"frames_at: {n} timestamps but {len(at)} rows of out")
+        else:
+            at = None
         filled = np.zeros(n, dtype=bool)
 
         # 1) frames still in the cache (look-back windows)
@@ -316,7 +329,7 @@ class VideoReader:
                     image = self._cache[keys[j]]
                     if out is None:
                         out = np.empty((n, *image.shape), dtype=np.uint8)
-                    out[i] = image
+                    out[i if at is None else at[i]] = image
                     filled[i] = True
         pending = np.flatnonzero(~filled).tolist()
         if not pending:
@@ -359,14 +372,14 @@ class VideoReader:
                 if out is None:
                     h, w = frame.height, frame.width
                     out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
-                image = out[pending[k]]
+                image = out[pending[k] if at is None else at[pending[k]]]
                 if channels_first:
                     planar_rgb(frame, image)
                 else:
                     image[...] = frame.to_ndarray(format="rgb24")
                 k += 1
                 while k < m and abs(want[pending[k]] - t) < tolerance_s:
-                    out[pending[k]] = image
+                    out[pending[k] if at is None else at[pending[k]]] = image
                     k += 1
             elif want[pending[k]] < t - tolerance_s:
                 self._raise_missing(ts, pending[k], frame_numbers, near=t)
