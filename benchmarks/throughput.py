@@ -10,7 +10,13 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of
   thread per decoder as in robo_resume) over the same episodes' videos, no dataset around it.
 
 Each measurement starts the loader, discards ``--warmup`` batches (worker start-up, first seeks)
-and times the next ``--batches`` batches. Datasets: (a) factory 96x96, 2 cameras, AV1 with a
+and times the next ``--batches`` batches. The ceiling decodes at least ``--ceiling-frames``
+frames per measurement (short decode runs were the noisiest numbers on this shared machine).
+
+Targets: robo_resume float32 against lerobot (both deliver float32 images); robo_resume uint8
+against the ceiling (both deliver uint8 RGB frames: the ceiling has no float conversion, which
+at 480x640 moves 4 bytes per pixel and costs about as much as decoding). float32 over the
+ceiling is printed too. Datasets: (a) factory 96x96, 2 cameras, AV1 with a
 keyframe every 2 frames (lerobot's default); (b) the same at 224x224; (c) factory h264 with a
 250-frame GOP; (d) ``../shared/datasets/open50`` (the 43 episodes with video, 480x640 mpeg4).
 Each with ``num_workers`` 0 and 2, without and with ``delta_timestamps`` (an action horizon of
@@ -201,7 +207,7 @@ def measure(case: Case, args) -> list[dict]:
                 samples["lerobot"].append(
                     run_lerobot(case, workers, delta, args.warmup, args.lerobot_batches)
                 )
-            samples["ceiling"].append(run_ceiling(case, frames))
+            samples["ceiling"].append(run_ceiling(case, max(frames, args.ceiling_frames)))
         med = {k: statistics.median(v) if v else None for k, v in samples.items()}
         row = {
             "dataset": case.name,
@@ -223,14 +229,15 @@ def _fmt(x: float | None, spec: str = ".0f") -> str:
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
-    """Each target against the measured ratios (float32 images, lerobot's layout)."""
+    """Each target against the measured ratios: lerobot's with float32 images (what lerobot
+    delivers), the ceiling's with uint8 images (what the ceiling delivers)."""
     out = []
     for row in rows:
         lr_min, ceil_min = TARGETS[row["dataset"]]
         if lr_min is not None and row["robo_f32_over_lerobot"] is not None:
             out.append(
                 {
-                    "target": f">= {lr_min}x lerobot",
+                    "target": f">= {lr_min}x lerobot (f32)",
                     "dataset": row["dataset"],
                     "num_workers": row["num_workers"],
                     "delta_timestamps": row["delta_timestamps"],
@@ -241,12 +248,12 @@ def verdicts(rows: list[dict]) -> list[dict]:
         if ceil_min is not None:
             out.append(
                 {
-                    "target": f">= {ceil_min}x ceiling",
+                    "target": f">= {ceil_min}x ceiling (u8)",
                     "dataset": row["dataset"],
                     "num_workers": row["num_workers"],
                     "delta_timestamps": row["delta_timestamps"],
-                    "ratio": row["robo_f32_over_ceiling"],
-                    "met": row["robo_f32_over_ceiling"] >= ceil_min,
+                    "ratio": row["robo_u8_over_ceiling"],
+                    "met": row["robo_u8_over_ceiling"] >= ceil_min,
                 }
             )
     return out
@@ -260,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=40, help="timed batches of robo_resume")
     p.add_argument("--lerobot-batches", type=int, default=15, help="timed batches of lerobot")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument(
+        "--ceiling-frames", type=int, default=2000, help="least frames per ceiling measurement"
+    )
     p.add_argument("--data-dir", type=Path, default=REPO / "out" / "bench_data")
     p.add_argument("--no-lerobot", action="store_true", help="skip the lerobot measurements")
     p.add_argument("--quick", action="store_true", help="tiny datasets, one repeat (tests)")
@@ -268,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args.workers = [int(w) for w in args.workers.split(",")]
     if args.quick:
         args.repeats, args.batches, args.lerobot_batches, args.warmup = 1, 4, 2, 1
+        args.ceiling_frames = 0
     warnings.filterwarnings("ignore")
     logging.getLogger("robo_resume").setLevel(logging.WARNING)
 
@@ -302,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             _fmt(r["fps"]["lerobot"]),
             _fmt(r["fps"]["ceiling"]),
             _fmt(r["robo_f32_over_lerobot"], ".1f"),
+            _fmt(r["robo_u8_over_ceiling"], ".2f"),
             _fmt(r["robo_f32_over_ceiling"], ".2f"),
         ]
         for r in rows
@@ -317,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             "robo f32",
             "lerobot",
             "ceiling",
-            "robo/lerobot",
-            "robo/ceiling",
+            "f32/lerobot",
+            "u8/ceiling",
+            "f32/ceiling",
         ],
         table,
     )

@@ -572,23 +572,55 @@ class EpisodeRangeReader:
         wanted = q if q is not None else frames
         uniq = np.unique(wanted) if q is not None else frames
         times = ref.from_timestamp + self.timestamps[uniq - self.lo]
-        direct = into is not None and q is None
-        decoded = self._video(cam).frames_at(
+        video = self._video(cam)
+        tol = self.builder.options.tolerance_s
+        if into is not None and q is not None:
+            return self._window_into(video, times, uniq, q, *into)
+        decoded = video.frames_at(
             times,
-            tolerance_s=self.builder.options.tolerance_s,
+            tolerance_s=tol,
             frame_numbers=uniq.tolist(),
             channels_first=True,
-            out=into[0] if direct else None,
-            rows=into[1] if direct else None,
+            out=into[0] if into is not None else None,
+            rows=into[1] if into is not None else None,
         )
         if q is None:
             return decoded
         picked = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
-        picked = picked[:, 0] if picked.shape[1] == 1 else picked  # lerobot squeezes one frame
-        if into is None:
-            return picked
-        into[0][into[1]] = picked
-        return into[0]
+        return picked[:, 0] if picked.shape[1] == 1 else picked  # lerobot squeezes one frame
+
+    def _window_into(
+        self,
+        video: VideoReader,
+        times: np.ndarray,
+        uniq: np.ndarray,
+        q: np.ndarray,
+        buffer: np.ndarray,
+        rows: np.ndarray,
+    ) -> np.ndarray:
+        """Decode a delta window's frames into ``buffer[rows]`` (``(B, w, 3, H, W)``, or
+        ``(B, 3, H, W)`` for a one-frame window): each distinct frame is decoded once into its
+        first place and copied to the others (a frame is in the windows of several items)."""
+        w = q.shape[1]
+        flat = buffer.view()
+        flat.shape = (-1, *buffer.shape[-3:])  # a view of (B * w) frames; never a copy
+        dest = (np.asarray(rows, dtype=np.int64)[:, None] * w + np.arange(w)).ravel()
+        which = np.searchsorted(uniq, q).ravel()  # the distinct frame each place shows
+        _, first = np.unique(which, return_index=True)  # every distinct frame occurs
+        primary = dest[first]
+        video.frames_at(
+            times,
+            tolerance_s=self.builder.options.tolerance_s,
+            frame_numbers=uniq.tolist(),
+            channels_first=True,
+            out=flat,
+            rows=primary,
+        )
+        others = np.ones(len(dest), dtype=bool)
+        others[first] = False
+        for d, src in zip(dest[others].tolist(), primary[which[others]].tolist(), strict=True):
+            flat[d] = flat[src]  # one copy per place (a fancy-indexed copy makes two)
+        return buffer
 
 
 def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
