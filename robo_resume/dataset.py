@@ -1161,7 +1161,7 @@ class _BatchTarget:
         flags[row, k] = token
         self._taking = (row * RING + k, token)
         if k not in bufs:
-            bufs[k] = {c: self.items.camera_buffer(c, self.size, shared=True) for c in self.cameras}
+            bufs[k] = self.items.camera_buffers(self.cameras, self.size, shared=True)
         return bufs[k]
 
     def __call__(self) -> tuple[dict[str, np.ndarray], int]:
@@ -1170,10 +1170,9 @@ class _BatchTarget:
             if self.final:
                 self._bufs = self._from_ring() if self._ring is not None else None
                 if self._bufs is None:
-                    self._bufs = {
-                        c: self.items.camera_buffer(c, self.size, shared=self.shared)
-                        for c in self.cameras
-                    }
+                    self._bufs = self.items.camera_buffers(
+                        self.cameras, self.size, shared=self.shared
+                    )
             else:
                 if self._scratch is None:
                     self._scratch = {
