@@ -298,8 +298,8 @@ class ChunkedEpisodeDataset(IterableDataset):
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
         # Shared table of the workers' ring buffers: 0 free, else the token of the batch in use
-        self._ring_flags = torch.zeros((MAX_WORKERS, RING), dtype=torch.int64).share_memory_()
-        self._ring: dict[int, dict[str, torch.Tensor]] = {}  # this worker's buffers per slot
+        # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
+        self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
@@ -501,7 +501,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         return self._generate(*self._start_stream())
 
     def iter_batches(
-        self, *, image_dtype: str | None = None, recycle: bool = False
+        self, *, image_dtype: str | None = None, ring: torch.Tensor | None = None
     ) -> Iterator[dict[str, Any]]:
         """This worker's stream as whole batches, equal to ``default_collate`` of the items.
 
@@ -509,13 +509,11 @@ class ChunkedEpisodeDataset(IterableDataset):
         ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
         by item and collated, which is several times cheaper per frame.
 
-        ``recycle`` (for :class:`BatchLoader`, whose iterator frees them): in a DataLoader
-        worker, camera buffers come from a ring of :data:`RING` shared-memory buffers, and each
-        batch carries :data:`RELEASE_KEY`.
+        ``ring`` (for :class:`BatchLoader`, whose iterator frees the slots): a shared flag
+        table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come from a
+        ring of :data:`RING` shared-memory buffers, and each batch carries :data:`RELEASE_KEY`.
         """
-        return self._generate_batches(
-            *self._start_stream(), image_dtype=image_dtype, recycle=recycle
-        )
+        return self._generate_batches(*self._start_stream(), image_dtype=image_dtype, ring=ring)
 
     def _start_stream(self):
         info = get_worker_info()
@@ -601,7 +599,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         position,
         slot,
         image_dtype=None,
-        recycle=False,
+        ring=None,
     ):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
@@ -619,7 +617,7 @@ class ChunkedEpisodeDataset(IterableDataset):
             b,
             shared=shared,
             final=(image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None,
-            ring=self._worker_ring() if recycle and shared else None,
+            ring=self._worker_ring(ring) if ring is not None and shared else None,
         )
         blocks = self._blocks(
             sched, stream, role, num_workers, epoch, position, slot, lambda: b - target.have, target
@@ -646,10 +644,11 @@ class ChunkedEpisodeDataset(IterableDataset):
                 pending = []
                 yield batch
 
-    def _worker_ring(self) -> tuple[torch.Tensor, int, dict[int, dict[str, torch.Tensor]]]:
-        """(the shared flag table, this worker's row, this process's ring buffers)."""
+    def _worker_ring(self, flags: torch.Tensor):
+        """(the loader's flag table, this worker's row, this process's buffers for it)."""
         info = get_worker_info()
-        return self._ring_flags, info.id if info is not None else 0, self._ring
+        bufs = self._ring.setdefault(flags.data_ptr(), {})
+        return flags, info.id if info is not None else 0, bufs
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         """Zero-row numpy columns (a batch whose frames were all skipped), from a good frame."""
@@ -846,7 +845,7 @@ class ChunkedEpisodeDataset(IterableDataset):
             _Batches(
                 self,
                 "uint8" if float_keys else None,
-                recycle=not kwargs.get("pin_memory", False),
+                ring=not kwargs.get("pin_memory", False),
             ),
             float_keys=float_keys,
             num_workers=num_workers,
@@ -900,15 +899,17 @@ class _Batches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
     def __init__(
-        self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None, recycle: bool = False
+        self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None, ring: bool = False
     ) -> None:
         super().__init__()
         self.dataset = dataset
         self.image_dtype = image_dtype
-        self.recycle = recycle
+        self.ring = ring  # workers reuse ring buffers (BatchLoader sets the flag table)
+        self.ring_flags: torch.Tensor | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self.dataset.iter_batches(image_dtype=self.image_dtype, recycle=self.recycle)
+        ring = self.ring_flags if self.ring else None
+        return self.dataset.iter_batches(image_dtype=self.image_dtype, ring=ring)
 
 
 class BatchLoader(torch.utils.data.DataLoader):
@@ -927,8 +928,13 @@ class BatchLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         ds = self.dataset
         ring = None
-        if getattr(ds, "recycle", False) and self.num_workers > 0 and not self.pin_memory:
-            ring = (ds.dataset._ring_flags, tuple(ds.dataset.meta.camera_keys))
+        if getattr(ds, "ring", False) and self.num_workers > 0 and not self.pin_memory:
+            # one flag table per set of workers: persistent workers keep theirs, new workers
+            # (and a second live iterator) get a new one, so two never share a slot's flag
+            if ds.ring_flags is None or not self.persistent_workers:
+                ds.ring_flags = torch.zeros((MAX_WORKERS, RING), dtype=torch.int64)
+                ds.ring_flags.share_memory_()
+            ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
         return _LoaderIterator(super().__iter__(), self.float_keys, ring)
 
 

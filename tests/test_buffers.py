@@ -96,7 +96,8 @@ def test_worker_ring_buffers_keep_held_batches_intact(two_cams):
     ds = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
     reader = LeRobotReader(two_cams, image_dtype="uint8")
     held, copies, seen = [], [], 0
-    for i, batch in enumerate(ds.dataloader(num_workers=2)):
+    loader = ds.dataloader(num_workers=2)
+    for i, batch in enumerate(loader):
         assert "_robo_resume_release" not in batch
         for idx, img in zip(batch["index"].tolist(), batch[CAM], strict=True):
             assert torch.equal(img, reader[idx][CAM]), f"batch {i} index {idx}"
@@ -107,31 +108,34 @@ def test_worker_ring_buffers_keep_held_batches_intact(two_cams):
     assert seen == ds.batches_per_epoch(2) and seen > 3 * RING
     for batch, copy in zip(held, copies, strict=True):  # written over? not while held
         assert torch.equal(batch[CAM], copy)
-    busy = int((ds._ring_flags != 0).sum())
+    flags = loader.dataset.ring_flags
+    busy = int((flags != 0).sum())
     assert busy == len(held) + 1  # the held batches' slots, and the last one's: `img` views it
     del img
-    assert int((ds._ring_flags != 0).sum()) == len(held)
+    assert int((flags != 0).sum()) == len(held)
     del batch, held
-    assert int((ds._ring_flags != 0).sum()) == 0
+    assert int((flags != 0).sum()) == 0
 
 
 @pytest.mark.timeout(120)
 def test_pin_memory_loader_does_not_use_the_ring(two_cams):
     ds = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
-    batches = list(ds.dataloader(num_workers=2, pin_memory=False))
+    loader = ds.dataloader(num_workers=2, pin_memory=False)
+    batches = list(loader)
     assert len(batches) > 2 * RING
-    assert int((ds._ring_flags != 0).sum()) == 2 * RING  # all held: every slot in use
+    flags = loader.dataset.ring_flags
+    assert int((flags != 0).sum()) == 2 * RING  # all held: every slot in use
     reader = LeRobotReader(two_cams, image_dtype="uint8")
     for b in batches:  # none was written over by a later batch
         for idx, img in zip(b["index"].tolist(), b[CAM], strict=True):
             assert torch.equal(img, reader[idx][CAM]), f"index {idx}"
     del batches, b, img
-    assert int((ds._ring_flags != 0).sum()) == 0
+    assert int((flags != 0).sum()) == 0
     ds2 = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
     loader = ds2.dataloader(num_workers=2, pin_memory=True)
     kept = list(loader)  # pinning copies the batch: the worker's ring is not involved
     assert len(kept) == ds2.batches_per_epoch(2)
-    assert int((ds2._ring_flags != 0).sum()) == 0
+    assert loader.dataset.ring_flags is None  # pinning copies: the ring is not used
 
 
 @pytest.mark.timeout(180)
@@ -168,3 +172,30 @@ def test_skipped_frames_leave_the_right_images(factory, tmp_path, num_workers, i
     assert tracker.skipped, "the truncated file was not skipped"
     assert any(r["frame"] > r["start"] for r in tracker.skipped), tracker.skipped
     assert 0 < frames < 20 + 60 + 23 + 14
+
+
+@pytest.mark.timeout(180)
+def test_ring_with_persistent_workers_and_two_live_iterators(two_cams):
+    """Persistent workers keep one flag table across epochs; two loaders iterated side by side
+    each have their own, so a batch held from one never shares a slot with the other."""
+    reader = LeRobotReader(two_cams, image_dtype="uint8")
+
+    def check(batches):
+        for b in batches:
+            for idx, img in zip(b["index"].tolist(), b[CAM], strict=True):
+                assert torch.equal(img, reader[idx][CAM]), f"index {idx}"
+
+    ds = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
+    loader = ds.dataloader(num_workers=2, persistent_workers=True)
+    first = list(loader)  # all held
+    flags = loader.dataset.ring_flags
+    second = list(loader)
+    assert loader.dataset.ring_flags is flags
+    check(first)
+    check(second)
+
+    a = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
+    la, lb = a.dataloader(num_workers=2), a.dataloader(num_workers=2)
+    pairs = list(zip(la, lb, strict=True))
+    assert la.dataset.ring_flags is not lb.dataset.ring_flags
+    check([x for pair in pairs for x in pair])
