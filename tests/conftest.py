@@ -42,6 +42,8 @@ def pytest_configure(config):
 
     if "forkserver" not in mp.get_all_start_methods():
         return
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the pytest-xdist controller runs no tests
     mp.set_forkserver_preload(
         ["torch", "robo_resume.dataset", "pyarrow.parquet", "pandas", "pyarrow.pandas_compat"]
     )
