@@ -27,29 +27,6 @@ warnings.filterwarnings("ignore", message=".*video decoding and encoding capabil
 robo_resume.dataset.WORKER_START_METHOD = "forkserver"
 
 
-def pytest_configure(config):
-    """Start the forkserver now, with what every DataLoader worker imports already imported.
-
-    worker_context() preloads torch and robo_resume.dataset; a worker then imports pyarrow and
-    pandas (pyarrow's to_numpy) itself when it reads its first parquet rows: about 0.4 s per
-    worker, for every worker of the many short loaders the tests start. A forkserver that is
-    already running keeps its preload (later set_forkserver_preload calls are ignored), and
-    importing modules changes nothing the tests check. The server starts from a fresh
-    interpreter, not forked from this process.
-    """
-    import multiprocessing as mp
-    from multiprocessing import forkserver
-
-    if "forkserver" not in mp.get_all_start_methods():
-        return
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        return  # the pytest-xdist controller runs no tests
-    mp.set_forkserver_preload(
-        ["torch", "robo_resume.dataset", "pyarrow.parquet", "pandas", "pyarrow.pandas_compat"]
-    )
-    forkserver.ensure_running()
-
-
 @pytest.fixture(scope="session")
 def open50() -> Path:
     """The real published dataset in ../shared/datasets/open50 (CI always has it)."""
