@@ -118,6 +118,7 @@ def test_worker_ring_buffers_keep_held_batches_intact(two_cams):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:.pin_memory. argument is set as true but no accelerator")
 def test_pin_memory_loader_does_not_use_the_ring(two_cams):
     ds = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
     loader = ds.dataloader(num_workers=2, pin_memory=False)
