@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import itertools
 import logging
+import os
 import statistics
 import sys
 import time
@@ -280,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats, args.batches, args.lerobot_batches, args.warmup = 1, 4, 2, 1
         args.ceiling_frames = 0
     warnings.filterwarnings("ignore")
+    os.environ.setdefault("PYTHONWARNINGS", "ignore")  # workers: lerobot's torchvision notice
     logging.getLogger("robo_resume").setLevel(logging.WARNING)
 
     info = machine()

@@ -11,7 +11,6 @@ decoder per camera open, so a range is built with one parquet read and one seek 
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -125,13 +124,17 @@ class BufferPool:
     returns a tensor over a pooled numpy buffer; when the last reference to its memory goes
     (the tensor, its views, arrays made from it), the buffer returns to the pool. At most
     ``keep`` free buffers per shape and dtype are held; requests smaller than ``min_bytes``
-    are plain ``torch.empty``. Thread-safe.
+    are plain ``torch.empty``.
+
+    Thread-safe without a lock: a buffer returns from a finalizer, which the garbage collector
+    can run at any allocation, also inside :meth:`empty` of the same thread (a lock held there
+    would deadlock); the free lists only use ``list.pop`` and ``list.append``, which are
+    atomic in CPython.
     """
 
     def __init__(self, keep: int = 2, min_bytes: int = 1 << 20) -> None:
         self.keep, self.min_bytes = keep, min_bytes
         self._free: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}
-        self._lock = threading.Lock()
         self.reused = 0  # buffers handed out again (tests and benchmarks read it)
 
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -141,27 +144,23 @@ class BufferPool:
         if int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize < self.min_bytes:
             return torch.empty(shape, dtype=dtype)
         key = (shape, np_dtype.str)
-        with self._lock:
-            free = self._free.get(key)
-            base = free.pop() if free else None
-            if base is not None:
-                self.reused += 1
-        if base is None:
+        try:
+            base = self._free.setdefault(key, []).pop()
+            self.reused += 1
+        except IndexError:
             base = np.empty(shape, dtype=np_dtype)
         view = base.view()  # the tensor's storage holds this array; its death frees `base`
         weakref.finalize(view, self._put, key, base)
         return torch.from_numpy(view)
 
     def _put(self, key: tuple[tuple[int, ...], str], base: np.ndarray) -> None:
-        with self._lock:
-            free = self._free.setdefault(key, [])
-            if len(free) < self.keep:
-                free.append(base)
+        free = self._free.setdefault(key, [])
+        if len(free) < self.keep:  # two threads at once may keep one more: harmless
+            free.append(base)
 
     def clear(self) -> None:
         """Drop the free buffers (memory in use stays with its tensors)."""
-        with self._lock:
-            self._free.clear()
+        self._free.clear()
 
 
 BUFFERS = BufferPool()

@@ -200,3 +200,26 @@ def test_ring_with_persistent_workers_and_two_live_iterators(two_cams):
     pairs = list(zip(la, lb, strict=True))
     assert la.dataset.ring_flags is not lb.dataset.ring_flags
     check([x for pair in pairs for x in pair])
+
+
+@pytest.mark.timeout(20)
+def test_pool_survives_a_buffer_returning_inside_empty():
+    """The garbage collector may run a finalizer (a buffer coming back) at any allocation,
+    also in the middle of empty() on the same thread; that must neither deadlock nor lose the
+    buffer. (A lock held in empty() deadlocked here under a sampling profiler.)"""
+    pool = BufferPool(keep=2, min_bytes=0)
+    other = [pool.empty((8, 8), torch.float32)]
+
+    class Dropping(dict):
+        def setdefault(self, key, default=None):
+            other.clear()  # the last reference goes: _put runs right here, inside empty()
+            return super().setdefault(key, default)
+
+        def get(self, key, default=None):
+            other.clear()
+            return super().get(key, default)
+
+    pool._free = Dropping()
+    t = pool.empty((8, 8), torch.float32)
+    assert t.shape == (8, 8) and not other
+    assert pool.reused == 1  # the buffer that came back meanwhile was handed out again
