@@ -93,9 +93,7 @@ def test_batches_equal_collated_items_infinite_across_epochs(two_cams):
     it = iter(ds.dataloader())
     ours = [next(it) for _ in range(n)]
     items = iter(ChunkedEpisodeDataset(two_cams, **kw))
-    theirs = [
-        torch.utils.data.default_collate([next(items) for _ in range(9)]) for _ in range(n)
-    ]
+    theirs = [torch.utils.data.default_collate([next(items) for _ in range(9)]) for _ in range(n)]
     assert_same_batches(ours, theirs)
     assert ours[-1][CURSOR_KEY][-1, 3] == 1  # the last batch is in epoch 1
 
