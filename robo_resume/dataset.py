@@ -297,7 +297,6 @@ class ChunkedEpisodeDataset(IterableDataset):
             self._skip_from[key] = min(r["frame"], self._skip_from.get(key, r["frame"]))
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
-        # Shared table of the workers' ring buffers: 0 free, else the token of the batch in use
         # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
         self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
         self._schedules: dict[int, Schedule] = {}
@@ -841,12 +840,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         ):
             float_keys = tuple(self.meta.camera_keys)
         return BatchLoader(
-            # pinned batches are copies: the workers' ring buffers would never be released
-            _Batches(
-                self,
-                "uint8" if float_keys else None,
-                ring=not kwargs.get("pin_memory", False),
-            ),
+            _Batches(self, "uint8" if float_keys else None),
             float_keys=float_keys,
             num_workers=num_workers,
             **kwargs,
@@ -898,18 +892,14 @@ class ChunkedEpisodeDataset(IterableDataset):
 class _Batches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
-    def __init__(
-        self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None, ring: bool = False
-    ) -> None:
+    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.image_dtype = image_dtype
-        self.ring = ring  # workers reuse ring buffers (BatchLoader sets the flag table)
-        self.ring_flags: torch.Tensor | None = None
+        self.ring_flags: torch.Tensor | None = None  # set by BatchLoader when workers use a ring
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        ring = self.ring_flags if self.ring else None
-        return self.dataset.iter_batches(image_dtype=self.image_dtype, ring=ring)
+        return self.dataset.iter_batches(image_dtype=self.image_dtype, ring=self.ring_flags)
 
 
 class BatchLoader(torch.utils.data.DataLoader):
@@ -928,7 +918,8 @@ class BatchLoader(torch.utils.data.DataLoader):
     def __iter__(self):
         ds = self.dataset
         ring = None
-        if getattr(ds, "ring", False) and self.num_workers > 0 and not self.pin_memory:
+        # pinned batches are copies: the workers' ring slots would never be released
+        if isinstance(ds, _Batches) and self.num_workers > 0 and not self.pin_memory:
             # one flag table per set of workers: persistent workers keep theirs, new workers
             # (and a second live iterator) get a new one, so two never share a slot's flag
             if ds.ring_flags is None or not self.persistent_workers:
@@ -1140,7 +1131,7 @@ class _BatchTarget:
         self, items: Any, size: int, *, shared: bool, final: bool, ring: Any = None
     ) -> None:
         self.items, self.size, self.shared, self.final = items, size, shared, final
-        self.cameras = [c for c in items.meta.camera_keys if items.camera_shape(c) is not None]
+        self.cameras = list(items.meta.camera_keys)  # camera_buffers leaves out unknown shapes
         self.have = 0
         self._bufs: dict[str, torch.Tensor] | None = None
         self._arrays: dict[str, np.ndarray] = {}
@@ -1180,11 +1171,8 @@ class _BatchTarget:
                         self.cameras, self.size, shared=self.shared
                     )
             else:
-                if self._scratch is None:
-                    self._scratch = {
-                        c: torch.empty((self.size, *self.items.camera_shape(c)), dtype=torch.uint8)
-                        for c in self.cameras
-                    }
+                if self._scratch is None:  # held while the stream runs, then back to the pool
+                    self._scratch = self.items.camera_buffers(self.cameras, self.size, shared=False)
                 self._bufs = self._scratch
             self._arrays = {c: t.numpy() for c, t in self._bufs.items()}
         return self._arrays, self.have
