@@ -27,10 +27,10 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
 
     from lerobot.configs.types import FeatureType
-    from lerobot.datasets.utils import dataset_to_policy_features
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.factory import make_pre_post_processors
+    from lerobot.utils.feature_utils import dataset_to_policy_features  # lerobot >= 0.6
 
     root = (
         a.root or make_dataset(tempfile.mkdtemp() + "/ds", num_cameras=1, height=96, width=96).root
