@@ -185,8 +185,9 @@ def _offline_fix(repo_id: str, revision: str | None) -> str:
     return (
         "offline mode is on (HF_HUB_OFFLINE=1 or local_files_only=True), so only the local "
         "cache is used: download the files once with network (unset HF_HUB_OFFLINE and run "
-        f"again, or `huggingface-cli download {repo_id} --repo-type dataset{rev}`), or select "
-        "episodes that are cached, or pass root= a local copy"
+        f"again, or `hf download {repo_id} --repo-type dataset{rev}`, which is "
+        "`huggingface-cli download` on huggingface_hub < 0.34), or select episodes that are "
+        "cached, or pass root= a local copy"
     )
 
 
@@ -225,7 +226,8 @@ def _hub_error(
                 expected="an existing dataset repo id 'owner/name'",
                 found=f"{type(exc).__name__}: {str(exc).rstrip('.')}",
                 fix="check the repo id and that it is a dataset (not a model) repo; for private "
-                "or gated datasets log in with `huggingface-cli login` (and accept the terms)",
+                "or gated datasets log in with `hf auth login` (`huggingface-cli login` on "
+                "huggingface_hub < 0.34) and accept the terms",
             )
         )
     return None

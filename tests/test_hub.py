@@ -278,6 +278,15 @@ def test_offline_env_var_is_read_at_call_time(tmp_path, v30, monkeypatch):
     assert [c["local_files_only"] for c in hub.calls] == [True]
 
 
+def hub_http_error(cls: type[Exception]) -> Exception:
+    """A huggingface_hub HTTP error as the Hub client raises it: since huggingface_hub 1.0
+    (lerobot 0.6) the errors require the httpx response they came with."""
+    import httpx
+
+    request = httpx.Request("GET", "https://huggingface.co/api/datasets/owner/name")
+    return cls("x", response=httpx.Response(404, request=request))
+
+
 def test_hub_errors_become_robo_resume_errors(tmp_path):
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
@@ -288,11 +297,11 @@ def test_hub_errors_become_robo_resume_errors(tmp_path):
         return download
 
     with pytest.raises(MissingFileError, match=r"no revision 'v9\.9'.*version tag such as"):
-        resolve_root(REPO_ID, revision="v9.9", _download=raising(RevisionNotFoundError("x")))
-    with pytest.raises(
-        MissingFileError, match=r"no dataset repo 'owner/name'.*huggingface-cli login"
-    ):
-        resolve_root(REPO_ID, _download=raising(RepositoryNotFoundError("x")))
+        resolve_root(
+            REPO_ID, revision="v9.9", _download=raising(hub_http_error(RevisionNotFoundError))
+        )
+    with pytest.raises(MissingFileError, match=r"no dataset repo 'owner/name'.*`hf auth login`"):
+        resolve_root(REPO_ID, _download=raising(hub_http_error(RepositoryNotFoundError)))
     with pytest.raises(KeyError, match="other"):  # anything else propagates unchanged
         resolve_root(REPO_ID, _download=raising(KeyError("other")))
 
@@ -339,7 +348,7 @@ def test_offline_missing_file_is_a_clear_error(tmp_path, v30, offline):
         match=r"3 of the 6 data/video files of the 2 selected episodes of 'owner/name' are "
         r"missing from the local cache \(offline mode is on\).*"
         r"missing data/chunk-001/file-001\.parquet.*"
-        r"Fix: offline mode is on .*unset HF_HUB_OFFLINE.*huggingface-cli download owner/name",
+        r"Fix: offline mode is on .*unset HF_HUB_OFFLINE.*`hf download owner/name",
     ):
         resolve_root(REPO_ID, episodes=[2, 3], cache_dir=cache)
 
