@@ -1,7 +1,9 @@
 """The ``robo-resume`` command line.
 
-Commands: ``demo`` (the README's main job), ``inspect``, ``plan``, ``verify``, ``bench``. Every
-command takes ``--json`` for scripts. Exit codes: 0 ok, 1 a check found a failure (frames
+Commands: ``demo`` (the README's main job), ``inspect``, ``plan``, ``verify``, ``bench``, and
+``train`` (lerobot-train's pipeline with robo_resume's data path, :mod:`robo_resume.lerobot_train`;
+it takes lerobot-train's own flags). Every command but ``train`` takes ``--json`` for scripts.
+Exit codes: 0 ok, 1 a check found a failure (frames
 replayed or lost, missing files), 2 usage or input error.
 """
 
@@ -429,11 +431,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=32)
     b.add_argument("--batches", type=int, default=50)
     b.add_argument("--episodes", help="comma-separated episode indices (default: all)")
+
+    # listed for --help only: main() hands `train ...` to lerobot's own parser
+    sub.add_parser(
+        "train",
+        help="lerobot-train with robo_resume as its data path: lerobot-train's flags "
+        "(--policy.type, --dataset.repo_id, --dataset.root, --batch_size, --steps, ...), exact "
+        "and elastic --resume=true; `robo-resume train --help` lists them",
+        add_help=False,
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``robo-resume`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        from .lerobot_train import main as train_main
+
+        return train_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

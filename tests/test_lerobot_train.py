@@ -1,0 +1,319 @@
+"""``robo-resume train``: lerobot 0.6's training pipeline with robo_resume's data path.
+
+Every test runs the real command in a subprocess on CPU with a small ACT policy (lerobot's own
+factories, optimizer and checkpoint code) on factory datasets. The strongest check is the
+model itself: a run SIGKILLed after a checkpoint and resumed with ``--resume=true`` must end
+with the same ``model.safetensors``, byte for byte, as the uninterrupted run. The data side is
+read from ``ROBO_RESUME_TRAIN_INDEX_LOG`` (one JSON line per step and rank with the ``index``
+values trained on).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from robo_resume.testing import make_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY_ACT = [
+    "--policy.type=act",
+    "--policy.pretrained_backbone_weights=null",
+    "--policy.device=cpu",
+    "--policy.push_to_hub=false",
+    "--policy.dim_model=32",
+    "--policy.n_heads=2",
+    "--policy.dim_feedforward=64",
+    "--policy.n_encoder_layers=1",
+    "--policy.n_decoder_layers=1",
+    "--policy.latent_dim=8",
+    "--policy.chunk_size=5",
+    "--policy.n_action_steps=5",
+    "--wandb.enable=false",
+    "--log_freq=1",
+]
+LENGTHS = (40, 25, 33, 30)  # 128 frames
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    base = tmp_path_factory.mktemp("train")
+    a = make_dataset(base / "a", episode_lengths=LENGTHS, num_cameras=1, height=48, width=64)
+    b = make_dataset(
+        base / "b", episode_lengths=(20, 28, 16), num_cameras=1, height=48, width=64, version="v2.1"
+    )
+    return base, a.root, b.root
+
+
+def env_for(log: Path | None) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.pop("ROBO_RESUME_TRAIN_INDEX_LOG", None)
+    if log is not None:
+        env["ROBO_RESUME_TRAIN_INDEX_LOG"] = str(log)
+    return env
+
+
+def train(args: list[str], log: Path | None = None, *, ok: bool = True, timeout: float = 240):
+    """Run ``robo-resume train ARGS`` to the end; returns (exit code, output)."""
+    p = subprocess.run(
+        [str(BIN / "robo-resume"), "train", *args],
+        capture_output=True,
+        text=True,
+        env=env_for(log),
+        timeout=timeout,
+    )
+    out = p.stdout + p.stderr
+    if ok:
+        assert p.returncode == 0, out[-4000:]
+    return p.returncode, out
+
+
+def train_until_killed(args: list[str], kill_at: int, log: Path) -> str:
+    """Run ``robo-resume train`` and SIGKILL it once it logs step ``kill_at``."""
+    p = subprocess.Popen(
+        [str(BIN / "robo-resume"), "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env_for(log),
+        start_new_session=True,
+    )
+    seen = []
+    try:
+        for line in p.stdout:
+            seen.append(line)
+            if f" step:{kill_at} " in line:
+                os.killpg(p.pid, signal.SIGKILL)
+                break
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    out = "".join(seen)
+    assert p.returncode == -signal.SIGKILL, out[-3000:]
+    return out
+
+
+def steps_of(log: Path, rank: int = 0) -> list[tuple[int, list[int]]]:
+    """(step, index values) per logged step of one rank, in log order."""
+    path = Path(f"{log}.rank{rank}")
+    return [(r["step"], r["index"]) for r in map(json.loads, path.read_text().splitlines())]
+
+
+def ckpt(out: Path, step: int | str) -> Path:
+    name = step if isinstance(step, str) else f"{step:06d}"
+    return out / "checkpoints" / name
+
+
+def resume_args(out: Path) -> list[str]:
+    cfg = ckpt(out, "last") / "pretrained_model" / "train_config.json"
+    return ["--resume=true", f"--config_path={cfg}"]
+
+
+def test_kill_resume_bit_identical(data):
+    """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit."""
+    base, root, _ = data
+    common = [
+        *TINY_ACT,
+        "--dataset.repo_id=local/a",
+        f"--dataset.root={root}",
+        "--batch_size=4",
+        "--steps=10",
+        "--save_freq=4",
+        "--num_workers=2",
+        "--seed=3",
+    ]
+    ref, run = base / "ref", base / "run"
+    _, ref_out = train([*common, f"--output_dir={ref}"], base / "ref.idx")
+    assert "Checkpoint policy after step 10" in ref_out
+    kill_at = random.Random(os.environ.get("PYTEST_XDIST_WORKER", "0")).randint(5, 7)
+    train_until_killed([*common, f"--output_dir={run}"], kill_at, base / "run.idx")
+    assert os.readlink(ckpt(run, "last")) == "000004"
+    assert not list((run / "checkpoints").glob(".*")), "a partial checkpoint was left visible"
+    _, out = train([*common, f"--output_dir={run}", *resume_args(run)], base / "run.idx")
+    assert "Resuming from" in out and "at step 4" in out
+    # each of the two streams logs where it resumes
+    assert out.count("resume: stream=") == 2, out[-3000:]
+    final = "pretrained_model/model.safetensors"
+    assert (ckpt(run, 10) / final).read_bytes() == (ckpt(ref, 10) / final).read_bytes()
+    # the data: steps 1..4 from the killed run, then 5..10 from the resumed run, in the
+    # uninterrupted order (steps after the checkpoint that the killed run logged are replaced)
+    ref_steps = steps_of(base / "ref.idx")
+    logged = steps_of(base / "run.idx")
+    resumed = [s for s in logged if s[0] > 4][-6:]
+    assert [s for s in logged if s[0] <= 4] == ref_steps[:4]
+    assert resumed == ref_steps[4:]
+    # lerobot's own loaders read the result
+    from lerobot.configs.train import TrainPipelineConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    policy = ACTPolicy.from_pretrained(ckpt(run, "last") / "pretrained_model")
+    assert sum(p.numel() for p in policy.parameters()) > 0
+    cfg = TrainPipelineConfig.from_pretrained(ckpt(run, "last") / "pretrained_model")
+    assert cfg.batch_size == 4 and cfg.steps == 10
+
+
+def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
+    flat = [i for idx in entries for i in idx]
+    first = Counter(flat[:frames])
+    assert first == Counter(range(frames)), (
+        f"epoch 0: replayed {sorted(k for k, v in first.items() if v > 1)[:10]}, "
+        f"lost {sorted(set(range(frames)) - set(first))[:10]}"
+    )
+
+
+def test_elastic_resume_other_workers_and_batch_size(data):
+    """Resume with other --num_workers and --batch_size: the epoch's frames exactly once."""
+    base, root, _ = data
+    out = base / "elastic"
+    log = base / "elastic.idx"
+    common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}", "--seed=5"]
+    train(
+        [
+            *common,
+            "--batch_size=4",
+            "--num_workers=2",
+            "--steps=6",
+            "--save_freq=6",
+            "--dataloader_multiprocessing_context=fork",
+            f"--output_dir={out}",
+        ],
+        log,
+    )
+    # 24 of 128 frames consumed; the remainder (104 frames) in batches of 8 with 1 worker
+    _, text = train(
+        [
+            *common,
+            "--batch_size=8",
+            "--num_workers=1",
+            "--steps=19",
+            "--save_freq=100",
+            f"--output_dir={out}",
+            *resume_args(out),
+        ],
+        log,
+    )
+    assert "Resuming from" in text
+    entries = [idx for _, idx in steps_of(log)]
+    assert [len(e) for e in entries[:6]] == [4] * 6 and len(entries[6]) == 8
+    epoch_frames_exactly_once(entries, 128)
+
+
+def test_two_processes_under_accelerate_then_one(data):
+    """2 CPU processes under accelerate (loader not prepared), then resumed with 1 process."""
+    base, root, _ = data
+    out = base / "ddp"
+    log = base / "ddp.idx"
+    common = [
+        *TINY_ACT,
+        "--dataset.repo_id=local/a",
+        f"--dataset.root={root}",
+        "--seed=2",
+        "--batch_size=4",
+        "--num_workers=1",
+        "--dataloader_multiprocessing_context=fork",
+    ]
+    cmd = [
+        str(BIN / "accelerate"), "launch", "--cpu", "--num_processes=2", "--num_machines=1",
+        "--mixed_precision=no", "--dynamo_backend=no", "-m", "robo_resume.cli", "train",
+        *common, "--steps=5", "--save_freq=5", f"--output_dir={out}",
+    ]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(log), timeout=300)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    r0, r1 = steps_of(log, 0), steps_of(log, 1)
+    assert [s for s, _ in r0] == [s for s, _ in r1] == [1, 2, 3, 4, 5]
+    seen0 = {i for _, idx in r0 for i in idx}
+    seen1 = {i for _, idx in r1 for i in idx}
+    assert not seen0 & seen1, "the two ranks trained on the same frames"
+    state = json.loads(
+        (ckpt(out, 5) / "training_state" / "robo_resume" / "data_state.json").read_text()
+    )
+    assert state["world_size"] == 2 and len(state["cursors"]) == 2  # both ranks' cursors
+    # one process finishes the interrupted epoch: 128 - 40 = 88 frames in 22 batches of 4
+    train([*common, "--steps=27", "--save_freq=100", f"--output_dir={out}",
+           *resume_args(out)], log)  # fmt: skip
+    rest = [idx for s, idx in steps_of(log, 0) if s > 5]
+    epoch_frames_exactly_once([idx for _, idx in r0] + [idx for _, idx in r1] + rest, 128)
+
+
+def test_mix_of_two_datasets_resumes_per_source(data):
+    """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume."""
+    base, a, b = data
+    common = [*TINY_ACT, "--dataset.repo_id=local/mix", f"--mix.roots={a},{b}",
+              "--mix.weights=1,3", "--batch_size=4", "--num_workers=0", "--seed=4",
+              "--save_freq=4"]  # fmt: skip
+    ref, run = base / "mixref", base / "mixrun"
+    train([*common, "--steps=8", f"--output_dir={ref}"], base / "mixref.idx")
+    train([*common, "--steps=4", f"--output_dir={run}"], base / "mixrun.idx")
+    # resumed without the --mix flags: the checkpoint remembers the sources
+    resumed = [a for a in common if not a.startswith("--mix.")]
+    _, text = train([*resumed, "--steps=8", f"--output_dir={run}", *resume_args(run)],
+                    base / "mixrun.idx")  # fmt: skip
+    assert "mix of 2 datasets" in text
+    assert steps_of(base / "mixrun.idx") == steps_of(base / "mixref.idx")
+    final = "pretrained_model/model.safetensors"
+    assert (ckpt(run, 8) / final).read_bytes() == (ckpt(ref, 8) / final).read_bytes()
+
+
+def test_plain_lerobot_checkpoint_resumes_with_warning(data):
+    """A checkpoint written by lerobot-train itself (no data state) resumes, with a warning."""
+    base, root, _ = data
+    out = base / "plain"
+    common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}",
+              "--batch_size=4", "--num_workers=0", "--seed=1", "--save_freq=2",
+              "--dataset.video_backend=pyav"]  # fmt: skip
+    p = subprocess.run(
+        [str(BIN / "lerobot-train"), *common, "--steps=2", f"--output_dir={out}"],
+        capture_output=True,
+        text=True,
+        env=env_for(None),
+        timeout=240,
+    )
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert not (ckpt(out, 2) / "training_state" / "robo_resume").exists()
+    _, text = train([*common, "--steps=3", f"--output_dir={out}", *resume_args(out)])
+    assert "has no robo_resume data state" in text
+    assert "resume exactly, but the data starts a new robo_resume epoch 0" in text
+    assert (ckpt(out, 3) / "training_state" / "robo_resume" / "data_state.json").is_file()
+
+
+def test_data_state_of_another_dataset_is_refused(data):
+    base, root, other = data
+    out = base / "other"
+    common = [*TINY_ACT, "--dataset.repo_id=local/a", "--batch_size=4", "--num_workers=0",
+              "--seed=1", "--save_freq=2"]  # fmt: skip
+    train([*common, f"--dataset.root={root}", "--steps=2", f"--output_dir={out}"])
+    code, text = train(
+        [*common, f"--dataset.root={other}", "--steps=4", f"--output_dir={out}",
+         *resume_args(out)],
+        ok=False,
+    )  # fmt: skip
+    assert code == 2, text[-3000:]
+    assert "holds the data state of another run's data" in text
+    assert "Traceback" not in text
+
+
+def test_bad_invocations_get_clear_errors(tmp_path):
+    code, text = train(["--mix.rootz=a"], ok=False, timeout=120)
+    assert code == 2 and "Unknown flag --mix.rootz" in text and "--mix.roots" in text
+    code, text = train(
+        [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={tmp_path}", "--resume=true",
+         f"--config_path={tmp_path}/nowhere/checkpoints/last/pretrained_model/train_config.json"],
+        ok=False,
+        timeout=120,
+    )  # fmt: skip
+    assert code == 2, text[-2000:]
+    assert "Cannot resume" in text and "--config_path=OUTPUT_DIR/checkpoints/last" in text
+    assert "Traceback" not in text
+    code, text = train([*TINY_ACT, "--dataset.repo_id=local/a", "--no_such_flag=1"], ok=False,
+                       timeout=120)  # fmt: skip
+    assert code != 0 and "no_such_flag" in text
