@@ -284,6 +284,17 @@ def test_plain_lerobot_checkpoint_resumes_with_warning(data):
     assert "has no robo_resume data state" in text
     assert "resume exactly, but the data starts a new robo_resume epoch 0" in text
     assert (ckpt(out, 3) / "training_state" / "robo_resume" / "data_state.json").is_file()
+    # and lerobot-train resumes from a checkpoint robo-resume train wrote
+    p = subprocess.run(
+        [str(BIN / "lerobot-train"), *common, "--steps=4", f"--output_dir={out}",
+         *resume_args(out)],
+        capture_output=True,
+        text=True,
+        env=env_for(None),
+        timeout=240,
+    )  # fmt: skip
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert (ckpt(out, 4) / "pretrained_model" / "model.safetensors").is_file()
 
 
 def test_data_state_of_another_dataset_is_refused(data):
