@@ -20,11 +20,12 @@ side, away from the blurred edges) over the three channels and compares it with 
 
 Written layouts
 ---------------
-v3.0 (lerobot 0.4.x): ``data/chunk-CCC/file-FFF.parquet`` and
+v3.0 (as lerobot 0.6.1 writes it): ``data/chunk-CCC/file-FFF.parquet`` and
 ``videos/<camera>/chunk-CCC/file-FFF.mp4`` holding ``episodes_per_file`` consecutive episodes each
 (file numbers roll into the next chunk folder after ``files_per_chunk`` files),
 ``meta/episodes/chunk-000/file-000.parquet`` (one row per episode, with per-episode ``stats/*``
-columns), ``meta/tasks.parquet``, ``meta/stats.json`` and ``meta/info.json``.
+columns), ``meta/tasks.parquet``, ``meta/stats.json`` and ``meta/info.json`` (each camera's
+``info`` records the encoder settings, ``video.g``, ``video.crf``, ... and ``is_depth_map``).
 
 v2.1 (lerobot <= 0.3): ``data/chunk-CCC/episode_EEEEEE.parquet`` and
 ``videos/chunk-CCC/<camera>/episode_EEEEEE.mp4`` (``files_per_chunk`` episodes per chunk folder),
@@ -252,7 +253,7 @@ def decode_frame_identity(image) -> tuple[int, int, int]:
 
 def _codec_options(codec: str, gop: int) -> dict[str, str]:
     if codec == "av1":
-        # lerobot 0.4.4 passes g, crf 30 and preset 12. At presets >= 10 SVT-AV1 barely codes
+        # lerobot (0.4, 0.6) passes g, crf 30 and preset 12. At presets >= 10 SVT-AV1 barely codes
         # the non-reference frames of this pattern (they decode as copies of their neighbours'
         # cells), so the factory uses preset 8, which keeps every frame decodable.
         return {"g": str(gop), "crf": "30", "preset": "8"}
@@ -302,6 +303,42 @@ def _encode_video(
 # --------------------------------------------------------------------------- features, stats
 
 
+def _encoder_info(codec: str, gop: int) -> dict:
+    """The encoder settings lerobot 0.6 records in a camera's ``info`` (``video.<field>`` of its
+    ``VideoEncoderConfig``, in that order), with the values the factory really encodes with."""
+    options = dict(_codec_options(codec, gop))
+    g = int(options.pop("g"))
+    crf = options.pop("crf", None)
+    preset = options.pop("preset", None)
+    return {
+        "video.g": g,
+        "video.crf": None if crf is None else int(crf),
+        "video.preset": int(preset) if preset is not None and preset.isdigit() else preset,
+        "video.fast_decode": 0,
+        "video.video_backend": "pyav",
+        "video.extra_options": options,
+    }
+
+
+def _video_info(ds: FactoryDataset) -> dict:
+    """A camera's ``info`` in info.json: v3.0 as lerobot 0.6.1 writes it (stream fields, then
+    the encoder settings and ``is_depth_map``); v2.1 as lerobot <= 0.3 wrote it."""
+    info = {
+        "video.height": ds.height,
+        "video.width": ds.width,
+        "video.codec": ds.codec,
+        "video.pix_fmt": "yuv420p",
+        "video.is_depth_map": False,
+        "video.fps": ds.fps,
+        "video.channels": 3,
+        "has_audio": False,
+    }
+    if ds.version == "v2.1":
+        return info
+    del info["video.is_depth_map"]
+    return {**info, **_encoder_info(ds.codec, ds.gop), "is_depth_map": False}
+
+
 def _features(ds: FactoryDataset) -> dict:
     # lerobot's order: the user features (state, action, cameras), then its default features.
     feats: dict = {
@@ -313,16 +350,7 @@ def _features(ds: FactoryDataset) -> dict:
             "dtype": "video",
             "shape": [ds.height, ds.width, 3],
             "names": ["height", "width", "channels"],
-            "info": {
-                "video.height": ds.height,
-                "video.width": ds.width,
-                "video.codec": ds.codec,
-                "video.pix_fmt": "yuv420p",
-                "video.is_depth_map": False,
-                "video.fps": ds.fps,
-                "video.channels": 3,
-                "has_audio": False,
-            },
+            "info": _video_info(ds),
         }
     for key, dtype in (
         ("timestamp", "float32"),
@@ -382,9 +410,11 @@ def _write_parquet(ds: FactoryDataset, episodes: Sequence[int], path: Path) -> N
     pq.write_table(table, path, row_group_size=16)
 
 
-def _numeric_stats(values: np.ndarray) -> dict[str, list]:
+def _numeric_stats(values: np.ndarray, int_extremes: bool) -> dict[str, list]:
+    """lerobot's stats of a column; ``min``/``max`` of an integer column stay integers when
+    ``int_extremes`` (lerobot <= 0.4), lerobot 0.6 writes them as floats."""
     values = values.reshape(len(values), -1)
-    is_int = np.issubdtype(values.dtype, np.integer)
+    is_int = int_extremes and np.issubdtype(values.dtype, np.integer)
     v = values.astype(np.float64)
     stats: dict[str, list] = {
         "min": values.min(0).tolist() if is_int else v.min(0).tolist(),
@@ -434,7 +464,7 @@ def _all_stats(ds: FactoryDataset, episodes: Sequence[int]) -> dict[str, dict[st
     stats = {}
     for key in _features(ds):  # lerobot writes stats in feature order
         if key in columns:
-            stats[key] = _numeric_stats(columns[key])
+            stats[key] = _numeric_stats(columns[key], int_extremes=ds.version == "v2.1")
         else:
             c = ds.camera_keys.index(key)
             fractions = np.concatenate([_high_fractions(ds, e, c) for e in episodes])
@@ -472,7 +502,8 @@ def make_dataset(
     camera per episode, ``files_per_chunk`` episodes per chunk folder.
 
     Cameras are ``observation.images.cam0`` .. ``cam{num_cameras - 1}`` (0 to 4). ``codec`` is
-    "av1" (libsvtav1, crf 30, preset 12: lerobot's default, with its default ``gop=2``), "h264"
+    "av1" (libsvtav1, crf 30 and lerobot's default ``gop=2``; preset 8, not lerobot's 12, see
+    ``_codec_options``), "h264"
     (libx264 with no scene-cut keyframes) or "mpeg4"; keyframes come exactly every ``gop``
     frames of each mp4 (episodes sharing an mp4 are encoded as one stream). Frame ``i`` of an mp4
     is at ``i / fps`` seconds. Episode ``e`` has task ``tasks[e % len(tasks)]``. Data parquet
@@ -629,26 +660,27 @@ def _write_v30(ds: FactoryDataset, per_file: int, per_chunk: int, progress: bool
     ep_path.parent.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), ep_path)
     pd.DataFrame(
-        {"task_index": np.arange(len(ds.tasks), dtype=np.int64)}, index=list(ds.tasks)
+        {"task_index": np.arange(len(ds.tasks), dtype=np.int64)},
+        index=pd.Index(list(ds.tasks), name="task"),
     ).to_parquet(ds.root / "meta" / "tasks.parquet")
-    info = {
+    info = {  # lerobot 0.6.1's key order
         "codebase_version": "v3.0",
-        "robot_type": None,
+        "fps": ds.fps,
+        "features": _features(ds),
         "total_episodes": n,
         "total_frames": ds.total_frames,
         "total_tasks": len(ds.tasks),
         "chunks_size": per_chunk,
         "data_files_size_in_mb": 100,
         "video_files_size_in_mb": 200,
-        "fps": ds.fps,
-        "splits": {"train": f"0:{n}"},
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
         "video_path": (
             "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
             if ds.camera_keys
             else None
         ),
-        "features": _features(ds),
+        "robot_type": None,
+        "splits": {"train": f"0:{n}"},
     }
     (ds.root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
 

@@ -153,7 +153,12 @@ def test_v30_loads_in_lerobot(tmp_path, num_cameras):
 
 @pytest.mark.lerobot
 def test_v30_files_match_what_lerobot_writes(tmp_path, lerobot_written):
-    """Same parquet column names, order and Arrow types, same info.json keys as lerobot 0.4.4."""
+    """Same parquet column names, order and Arrow types, same info.json keys as lerobot 0.6.1.
+
+    lerobot 0.6 changed what it writes (0.4.4 differed): integer min/max stats are floats, the
+    tasks.parquet index is named "task", info.json keys come in another order, and a camera's
+    info records its encoder settings (video.g, video.crf, ...) and is_depth_map.
+    """
     ds = make_dataset(tmp_path / "ds", num_cameras=2, state_dim=3, action_dim=2, fps=15)
     cams = dict(
         zip(("observation.images.top", "observation.images.wrist"), ds.camera_keys, strict=True)
@@ -183,7 +188,12 @@ def test_v30_files_match_what_lerobot_writes(tmp_path, lerobot_written):
     for key in ("codebase_version", "data_path", "video_path", "robot_type", "fps"):
         assert ours[key] == theirs[key]
     for theirs_key, ours_key in cams.items():
-        assert ours["features"][ours_key] == theirs["features"][theirs_key]
+        ours_ft, theirs_ft = ours["features"][ours_key], theirs["features"][theirs_key]
+        assert list(ours_ft["info"]) == list(theirs_ft["info"])
+        # the one setting the factory encodes with on purpose differently (see _codec_options)
+        assert (ours_ft["info"]["video.preset"], theirs_ft["info"]["video.preset"]) == (8, 12)
+        ours_ft["info"]["video.preset"] = theirs_ft["info"]["video.preset"]
+        assert ours_ft == theirs_ft
     for key in ("observation.state", "action", "timestamp", "index", "task_index"):
         assert ours["features"][key] == theirs["features"][key]
     ours_stats = json.loads((ds.root / "meta" / "stats.json").read_text())
