@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -139,8 +140,16 @@ def save_checkpoint(obj: Any, path: str | Path) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 
-def load_checkpoint(path: str | Path) -> Any:
-    """Load a checkpoint written by :func:`save_checkpoint` (CPU tensors)."""
+def load_checkpoint(path: str | Path, *, trusted: bool = False) -> Any:
+    """Load a checkpoint written by :func:`save_checkpoint` (CPU tensors), safely.
+
+    The file is read with ``torch.load(..., weights_only=True)``: tensors, dicts, lists, tuples,
+    numbers, strings and the like (what a checkpoint of model, optimizer, step and data state
+    holds) load; a file that would need to run pickled code (any other object) is refused with
+    :class:`~robo_resume.errors.CorruptFileError`, and nothing in it runs. ``trusted=True``
+    loads it with ``weights_only=False`` instead: only for a file you wrote yourself, since
+    loading it can run any code pickled into it.
+    """
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(
@@ -152,7 +161,24 @@ def load_checkpoint(path: str | Path) -> Any:
                 fix="check the path, or start without resuming",
             )
         )
-    return torch.load(path, map_location="cpu", weights_only=False)
+    if trusted:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorruptFileError(
+            describe(
+                "The checkpoint holds objects that safe loading refuses (loading them would run "
+                "code pickled into the file)",
+                expected="tensors, dicts, lists, tuples, numbers and strings",
+                found=first[:300],
+                file=path,
+                fix="save only those (e.g. model.state_dict(), optimizer.state_dict(), step, "
+                "tracker.state_dict()); for a file you wrote yourself and trust, "
+                "load_checkpoint(path, trusted=True)",
+            )
+        ) from exc
 
 
 def save_state(state: ResumeState | Mapping[str, Any], path: str | Path) -> Path:

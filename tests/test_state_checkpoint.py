@@ -404,3 +404,39 @@ def test_sigkill_while_saving_never_breaks_files(tmp_path):
         "ckpt.pt",
         "state.json",
     ]
+
+
+class _RunsCode:
+    """Pickles to a call of os.system: what a malicious checkpoint file holds."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_load_checkpoint_refuses_pickled_code_and_runs_none(tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "evil.pt"
+    torch.save({"step": 3, "payload": _RunsCode(marker)}, path)
+    with pytest.raises(CorruptFileError, match=r"safe loading refuses.*evil\.pt.*trusted=True"):
+        load_checkpoint(path)
+    assert not marker.exists(), "loading the checkpoint ran code pickled into it"
+    # on purpose, for a file one wrote oneself: the code runs (this is what trusted means)
+    load_checkpoint(path, trusted=True)
+    assert marker.exists()
+
+
+def test_load_checkpoint_loads_what_save_checkpoint_is_for(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    data = {"version": 3, "cursors": [[0, 0, 0, 5]], "seed": 0.5, "name": "x"}
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 7, "data": data}
+    path = save_checkpoint(saved, tmp_path / "ok.pt")
+    loaded = load_checkpoint(path)
+    assert loaded["step"] == 7 and loaded["data"] == saved["data"]
+    assert torch.equal(loaded["model"]["weight"], saved["model"]["weight"])
+    assert loaded["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.999)
