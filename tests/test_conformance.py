@@ -2,7 +2,8 @@
 
 Tolerance: images must be EXACTLY equal. Both sides decode the same stream with the same FFmpeg
 (PyAV) and convert with the same swscale path, so any difference is a wrong frame, not noise.
-Non-image values must be exactly equal as well.
+Non-image values must be exactly equal as well. lerobot 0.6's trainer asks for uint8 frames
+(``return_uint8=True``); robo_resume's ``image_dtype="uint8"`` must give the same tensors.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import torch
 from conftest import CONFORMANCE_STATS as STATS
 from conftest import OPEN50_WITH_VIDEO
 
-from robo_resume import LeRobotReader
+from robo_resume import ChunkedEpisodeDataset, LeRobotReader
+from robo_resume.items import unbind
 
 IMAGE_TOLERANCE = 0.0  # documented above: exact
 
@@ -36,8 +38,8 @@ def assert_same_item(ours: dict, theirs: dict, where: str) -> float:
         assert isinstance(a, torch.Tensor), f"{where}: {k} is {type(a)}"
         assert a.dtype == b.dtype, f"{where}: {k} dtype {a.dtype} != {b.dtype}"
         assert a.shape == b.shape, f"{where}: {k} shape {tuple(a.shape)} != {tuple(b.shape)}"
-        if a.is_floating_point() and a.ndim >= 3:
-            d = (a - b).abs().max().item()
+        if a.ndim >= 3:  # images (float32 in [0, 1], or uint8): count the worst difference
+            d = (a.double() - b.double()).abs().max().item()
             worst = max(worst, d)
             assert d <= IMAGE_TOLERANCE, f"{where}: image {k} differs by {d}"
         else:
@@ -50,10 +52,16 @@ def spread(n: int, count: int, extra=()) -> list[int]:
     return sorted(i for i in idx if 0 <= i < n)
 
 
-def compare(root, indices_count=40, episodes=None, delta=None, tolerance_s=1e-4):
-    ours = LeRobotReader(root, episodes=episodes, delta_timestamps=delta, tolerance_s=tolerance_s)
+def compare(root, indices_count=40, episodes=None, delta=None, tolerance_s=1e-4, uint8=False):
+    ours = LeRobotReader(
+        root,
+        episodes=episodes,
+        delta_timestamps=delta,
+        tolerance_s=tolerance_s,
+        image_dtype="uint8" if uint8 else "float32",
+    )
     theirs = lerobot_dataset(
-        root, episodes=episodes, delta_timestamps=delta, tolerance_s=tolerance_s
+        root, episodes=episodes, delta_timestamps=delta, tolerance_s=tolerance_s, return_uint8=uint8
     )
     assert len(ours) == len(theirs)
     # every episode's first and last frame, plus an even spread
@@ -86,6 +94,42 @@ def test_lerobot_written_episode_selection(lerobot_written):
     compare(lerobot_written, 30, episodes=[1, 3], delta=LEROBOT_DELTA)
 
 
+@pytest.mark.parametrize("delta", [None, LEROBOT_DELTA], ids=["plain", "delta"])
+def test_lerobot_written_uint8(lerobot_written, delta):
+    """lerobot 0.6's trainer reads with return_uint8=True: image_dtype="uint8" matches it."""
+    assert compare(lerobot_written, 62, delta=delta, uint8=True) == 62
+    compare(lerobot_written, 20, episodes=[0, 2], delta=delta, uint8=True)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("image_dtype", ["uint8", "float32"])
+def test_streaming_batches(lerobot_written, image_dtype, num_workers):
+    """Every row of every streamed batch equals lerobot's item of the same ``index``: the batch
+    path (decoding into shared-memory rings in workers, float conversion in the main process)
+    builds the same values as the reader."""
+    uint8 = image_dtype == "uint8"
+    theirs = lerobot_dataset(lerobot_written, delta_timestamps=LEROBOT_DELTA, return_uint8=uint8)
+    ds = ChunkedEpisodeDataset(
+        lerobot_written,
+        batch_size=8,
+        seed=3,
+        chunk_frames=10,
+        delta_timestamps=LEROBOT_DELTA,
+        image_dtype=image_dtype,
+    )
+    tracker = ds.tracker()
+    seen = []
+    for batch in ds.dataloader(num_workers=num_workers):
+        for row in unbind(tracker.consume(batch)):
+            i = int(row["index"])
+            where = f"{lerobot_written.name} batch row index={i} ({image_dtype})"
+            diff = assert_same_item(row, theirs[i], where)
+            STATS["max_image_diff"] = max(STATS["max_image_diff"], diff)
+            STATS["items"] += 1
+            seen.append(i)
+    assert sorted(seen) == list(range(len(theirs)))  # one epoch: every frame once
+
+
 @pytest.mark.parametrize(
     "kw",
     [
@@ -104,6 +148,7 @@ def test_factory_datasets(factory, kw):
         delta[cams[0]] = [-0.1, 0.0, 0.1]
     compare(ds.root, 40)
     compare(ds.root, 40, delta=delta)
+    compare(ds.root, 20, delta=delta, uint8=True)
 
 
 def test_open50(open50):
