@@ -57,6 +57,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from pprint import pformat
 from typing import Any
 
 import torch
@@ -326,7 +327,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
     rank, world = accelerator.process_index, accelerator.num_processes
     if main_process:
         logging.info("robo-resume train: lerobot's pipeline, robo_resume's data path")
-        logging.info(json.dumps(cfg.to_dict(), indent=1, default=str)[:20000])
+        logging.info(pformat(cfg.to_dict()))
     if cfg.seed is not None:
         set_seed(cfg.seed, accelerator=accelerator)
 
@@ -600,6 +601,18 @@ def _policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
             cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision
         )
     except Exception as exc:
+        if type(exc).__name__ == "BackwardCompatibilityError":
+            raise TrainSetupError(
+                describe(
+                    "lerobot 0.6 builds the policy from v3.0 metadata only, and this dataset "
+                    "is in an older format",
+                    found=str(exc).strip().splitlines()[0],
+                    file=cfg.dataset.root,
+                    fix="convert it (python -m lerobot.scripts.convert_dataset_v21_to_v30), or, "
+                    "in a mix, name a v3.0 dataset first in --mix.roots (the other sources may "
+                    "be v2.1)",
+                )
+            ) from exc
         raise TrainSetupError(
             describe(
                 "lerobot could not read the dataset's metadata",
@@ -611,11 +624,17 @@ def _policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
     if mix is not None and len(mix.sources()) > 1:
         from lerobot.datasets.compute_stats import aggregate_stats
 
-        metas = [meta] + [
-            LeRobotDatasetMetadata(s["repo_id"] or f"mix/source{i}", root=s["root"])
-            for i, s in enumerate(mix.sources()[1:], start=1)
-        ]
-        meta.stats = aggregate_stats([m.stats for m in metas])
+        from .format.metadata import load_metadata
+        from .hub import resolve_dataset
+
+        stats = [meta.stats]
+        for s in mix.sources()[1:]:  # robo_resume reads v2.1 sources too, lerobot 0.6 does not
+            if s["root"] is not None and (Path(s["root"]) / "meta").is_dir():
+                other = load_metadata(s["root"])
+            else:
+                other = resolve_dataset(s["repo_id"], root=s["root"])[1]
+            stats.append(_stats_arrays(other.stats))
+        meta.stats = aggregate_stats(stats)
     if cfg.dataset.use_imagenet_stats:
         depth = set(getattr(meta, "depth_keys", ()) or ())
         for key in meta.camera_keys:
@@ -624,6 +643,13 @@ def _policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
             for name, value in IMAGENET_STATS.items():
                 meta.stats[key][name] = torch.tensor(value, dtype=torch.float32)
     return meta
+
+
+def _stats_arrays(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """stats.json values (nested lists) as numpy arrays, as lerobot's metadata holds them."""
+    import numpy as np
+
+    return {k: {n: np.asarray(v) for n, v in d.items()} for k, d in stats.items()}
 
 
 def _processors(cfg: Any, policy: Any, meta: Any, device: torch.device):

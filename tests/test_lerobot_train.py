@@ -51,7 +51,8 @@ def data(tmp_path_factory):
     b = make_dataset(
         base / "b", episode_lengths=(20, 28, 16), num_cameras=1, height=48, width=64, version="v2.1"
     )
-    return base, a.root, b.root
+    c = make_dataset(base / "c", episode_lengths=(30, 22), num_cameras=1, height=48, width=64)
+    return base, a.root, b.root, c.root
 
 
 def env_for(log: Path | None) -> dict[str, str]:
@@ -121,7 +122,7 @@ def resume_args(out: Path) -> list[str]:
 
 def test_kill_resume_bit_identical(data):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit."""
-    base, root, _ = data
+    base, root, _, _ = data
     common = [
         *TINY_ACT,
         "--dataset.repo_id=local/a",
@@ -173,7 +174,7 @@ def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
 
 def test_elastic_resume_other_workers_and_batch_size(data):
     """Resume with other --num_workers and --batch_size: the epoch's frames exactly once."""
-    base, root, _ = data
+    base, root, _, _ = data
     out = base / "elastic"
     log = base / "elastic.idx"
     common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}", "--seed=5"]
@@ -210,7 +211,7 @@ def test_elastic_resume_other_workers_and_batch_size(data):
 
 def test_two_processes_under_accelerate_then_one(data):
     """2 CPU processes under accelerate (loader not prepared), then resumed with 1 process."""
-    base, root, _ = data
+    base, root, _, _ = data
     out = base / "ddp"
     log = base / "ddp.idx"
     common = [
@@ -223,7 +224,9 @@ def test_two_processes_under_accelerate_then_one(data):
         "--dataloader_multiprocessing_context=fork",
     ]
     cmd = [
-        str(BIN / "accelerate"), "launch", "--cpu", "--num_processes=2", "--num_machines=1",
+        # --multi_gpu starts the processes with torchrun; on CPU (--policy.device=cpu) they use
+        # gloo. accelerate's --cpu launcher would start a single process.
+        str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes=2", "--num_machines=1",
         "--mixed_precision=no", "--dynamo_backend=no", "-m", "robo_resume.cli", "train",
         *common, "--steps=5", "--save_freq=5", f"--output_dir={out}",
     ]  # fmt: skip
@@ -247,7 +250,7 @@ def test_two_processes_under_accelerate_then_one(data):
 
 def test_mix_of_two_datasets_resumes_per_source(data):
     """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume."""
-    base, a, b = data
+    base, a, b, _ = data
     common = [*TINY_ACT, "--dataset.repo_id=local/mix", f"--mix.roots={a},{b}",
               "--mix.weights=1,3", "--batch_size=4", "--num_workers=0", "--seed=4",
               "--save_freq=4"]  # fmt: skip
@@ -266,7 +269,7 @@ def test_mix_of_two_datasets_resumes_per_source(data):
 
 def test_plain_lerobot_checkpoint_resumes_with_warning(data):
     """A checkpoint written by lerobot-train itself (no data state) resumes, with a warning."""
-    base, root, _ = data
+    base, root, _, _ = data
     out = base / "plain"
     common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}",
               "--batch_size=4", "--num_workers=0", "--seed=1", "--save_freq=2",
@@ -298,7 +301,7 @@ def test_plain_lerobot_checkpoint_resumes_with_warning(data):
 
 
 def test_data_state_of_another_dataset_is_refused(data):
-    base, root, other = data
+    base, root, _, other = data
     out = base / "other"
     common = [*TINY_ACT, "--dataset.repo_id=local/a", "--batch_size=4", "--num_workers=0",
               "--seed=1", "--save_freq=2"]  # fmt: skip
