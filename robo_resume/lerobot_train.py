@@ -309,7 +309,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
     from lerobot.utils.utils import format_big_number, init_logging, inside_slurm
     from tqdm import tqdm
 
-    _validate(cfg)
+    _validate(cfg, mix)
     ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)
     active = cfg.trainable_config
     mixed = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(
@@ -364,7 +364,15 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
             drop_n,
         )
 
-    dataset, data_note = _make_dataset(cfg, mix, meta, saved.get("data_state"), resume_dir)
+    train_episodes, eval_episodes = _eval_split(cfg, meta)
+    if eval_episodes is not None and main_process:
+        logging.info(
+            f"Train/eval split: {len(train_episodes)} train, {len(eval_episodes)} eval "
+            f"(eval_split={cfg.dataset.eval_split})"
+        )
+    dataset, data_note = _make_dataset(
+        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes
+    )
     if main_process:
         if data_note:
             log.warning(data_note)
@@ -416,6 +424,9 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
         accelerator=accelerator,
     )
     camera_keys = tuple(_camera_keys(dataset))
+    eval_loader = None
+    if eval_episodes is not None and cfg.eval_steps > 0:
+        eval_loader = _eval_loader(cfg, meta, eval_episodes, rank, world)
     index_log = os.environ.get(INDEX_LOG_ENV)
     if resume_dir is not None:
         _restore_rng(resume_dir, rank, world, log)  # the last thing before the first step (3.)
@@ -459,6 +470,10 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
                     train_tracker.samples_per_s = cfg.batch_size * world / t
                 logging.info(train_tracker)
             train_tracker.reset_averages()
+        if eval_loader is not None and step % cfg.eval_steps == 0:
+            eval_loss = _evaluate(policy, eval_loader, preprocessor, camera_keys, accelerator)
+            if main_process:
+                logging.info(f"step {step}: eval_loss={eval_loss:.4f}")
         if cfg.save_checkpoint and should_save_checkpoint(step, cfg.save_freq, cfg.steps):
             data_state = tracker.state_dict()  # a collective under DDP: every rank calls it
             rng = _gather_rng(world)
@@ -495,7 +510,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
 
 
 # -- setup helpers ---------------------------------------------------------------------------------
-def _validate(cfg: Any) -> None:
+def _validate(cfg: Any, mix: MixOptions | None = None) -> None:
     """lerobot's ``cfg.validate()``, its errors made ours, and the flags we cannot honour."""
     try:
         cfg.validate()
@@ -536,12 +551,11 @@ def _validate(cfg: Any) -> None:
         refuse.append(("--reward_model.*", "robo-resume train trains policies"))
     if cfg.dataset.streaming:
         refuse.append(("--dataset.streaming=true", "robo_resume always streams; drop the flag"))
-    if getattr(cfg.dataset, "eval_split", 0.0):
+    if getattr(cfg.dataset, "eval_split", 0.0) and mix is not None:
         refuse.append(
             (
-                f"--dataset.eval_split={cfg.dataset.eval_split}",
-                "hold episodes out with --dataset.episodes and evaluate the checkpoints "
-                "separately (robo_resume.splits gives seeded splits)",
+                f"--dataset.eval_split={cfg.dataset.eval_split} with --mix.*",
+                "hold episodes out per source (a seeded split, robo_resume.splits) instead",
             )
         )
     if getattr(cfg, "env", None) is not None and getattr(cfg, "env_eval_freq", 0) > 0:
@@ -703,6 +717,7 @@ def _make_dataset(
     meta: Any,
     state: dict[str, Any] | None,
     resume_dir: Path | None,
+    episodes: list[int] | None = None,
 ) -> tuple[Any, str | None]:
     """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact."""
     from lerobot.datasets.factory import resolve_delta_timestamps
@@ -734,7 +749,7 @@ def _make_dataset(
                 cfg.dataset.root,
                 repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
                 revision=cfg.dataset.revision,
-                episodes=cfg.dataset.episodes,
+                episodes=episodes if episodes is not None else cfg.dataset.episodes,
                 infinite=True,
                 resume_state=state,
                 **common,
@@ -753,6 +768,78 @@ def _make_dataset(
             "new run with a new --output_dir."
         ) from exc
     return ds, note
+
+
+def _eval_split(cfg: Any, meta: Any) -> tuple[list[int] | None, list[int] | None]:
+    """lerobot-train's ``--dataset.eval_split``: the last ceil(n * split) episodes per task."""
+    import math
+
+    split = float(getattr(cfg.dataset, "eval_split", 0.0) or 0.0)
+    if split == 0.0:
+        return None, None
+    base = cfg.dataset.episodes or list(range(meta.total_episodes))
+    tasks = meta.episodes["tasks"]
+    by_task: dict[str, list[int]] = {}
+    for e in base:
+        by_task.setdefault(tasks[e][0] if tasks[e] else "", []).append(e)
+    train_eps: list[int] = []
+    eval_eps: list[int] = []
+    for eps in by_task.values():
+        n_eval = math.ceil(len(eps) * split)
+        train_eps += eps[: len(eps) - n_eval]
+        eval_eps += eps[len(eps) - n_eval :]
+    if not train_eps:
+        raise TrainSetupError(
+            describe(
+                f"--dataset.eval_split={split} leaves no training episode",
+                found=f"{len(base)} episodes in {len(by_task)} tasks",
+                fix="use a smaller --dataset.eval_split",
+            )
+        )
+    return sorted(train_eps), sorted(eval_eps)
+
+
+def _eval_loader(cfg: Any, meta: Any, episodes: list[int], rank: int, world: int) -> Any:
+    """Every held-out frame once per evaluation (this rank's share under DDP), uint8 images."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+
+    from .reader import LeRobotReader
+
+    reader = LeRobotReader(
+        cfg.dataset.root,
+        repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
+        revision=cfg.dataset.revision,
+        episodes=episodes,
+        delta_timestamps=resolve_delta_timestamps(cfg.trainable_config, meta),
+        image_dtype="uint8",
+    )
+    part = torch.utils.data.Subset(reader, range(rank, len(reader), world))
+    return torch.utils.data.DataLoader(
+        part, batch_size=cfg.batch_size, shuffle=False, num_workers=0, drop_last=False
+    )
+
+
+def _evaluate(policy: Any, loader: Any, preprocessor: Any, cameras: Sequence[str], acc: Any):
+    """lerobot-train's eval pass: mean loss over the held-out frames, reduced over ranks.
+
+    The torch RNG state is put back afterwards, so that turning evaluation on or changing
+    ``--eval_steps`` does not change the random draws of the training steps.
+    """
+    rng = torch.get_rng_state()
+    policy.eval()
+    total, n = 0.0, 0
+    with torch.no_grad(), acc.autocast():
+        for batch in loader:
+            for key in cameras:
+                if key in batch and batch[key].dtype == torch.uint8:
+                    batch[key] = batch[key].to(dtype=torch.float32) / 255.0
+            loss, _ = policy.forward(preprocessor(batch))
+            total += loss.item()
+            n += 1
+    policy.train()
+    torch.set_rng_state(rng)
+    value = torch.tensor(total / max(n, 1), device=acc.device)
+    return acc.reduce(value, reduction="mean").item()
 
 
 def _counts(dataset: Any) -> tuple[int, int]:

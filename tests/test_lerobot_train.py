@@ -305,10 +305,19 @@ def test_data_state_of_another_dataset_is_refused(data):
     out = base / "other"
     common = [*TINY_ACT, "--dataset.repo_id=local/a", "--batch_size=4", "--num_workers=0",
               "--seed=1", "--save_freq=2"]  # fmt: skip
-    train([*common, f"--dataset.root={root}", "--steps=2", f"--output_dir={out}"])
+    # the first run also holds out episodes (lerobot's --dataset.eval_split): tasks alternate
+    # over the 4 episodes, so episodes 2 and 3 are held out and 0 and 1 (frames 0-64) train
+    _, text = train(
+        [*common, f"--dataset.root={root}", "--steps=2", f"--output_dir={out}",
+         "--dataset.eval_split=0.5", "--eval_steps=1"],
+        base / "other.idx",
+    )  # fmt: skip
+    assert "Train/eval split: 2 train, 2 eval" in text
+    assert text.count("eval_loss=") == 2
+    assert all(max(idx) < 65 for _, idx in steps_of(base / "other.idx"))
     code, text = train(
         [*common, f"--dataset.root={other}", "--steps=4", f"--output_dir={out}",
-         *resume_args(out)],
+         "--dataset.eval_split=0.0", "--eval_steps=0", *resume_args(out)],
         ok=False,
     )  # fmt: skip
     assert code == 2, text[-3000:]
