@@ -17,6 +17,7 @@ from .errors import (
     MissingFileError,
     ResumeStateError,
     RoboResumeError,
+    UnsupportedFeatureError,
     UnsupportedVersionError,
     VideoDecodeError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "ResumeStateError",
     "RoboResumeError",
     "StreamTuning",
+    "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "VideoDecodeError",
     "__version__",

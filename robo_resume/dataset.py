@@ -951,6 +951,29 @@ EOFError or ConnectionError from a worker killed while handing over a batch beco
 RuntimeError too. torch's SIGCHLD handler (forked workers) can also raise its error outside the
 iterator, e.g. during the training step; that one arrives without the hint."""
 
+WORKER_FAILED_HINT = (
+    "robo_resume: a DataLoader worker exited with an error (exit code {code}), it was not "
+    "killed: its traceback is printed above this one. With the 'spawn' or 'forkserver' start "
+    "method every worker imports your script's main module again, so a script without "
+    '`if __name__ == "__main__":` around its training code starts over inside each worker '
+    'and fails ("...before the current process has finished its bootstrapping phase"): '
+    'put the code under that guard, or pass multiprocessing_context="fork". An ImportError '
+    "there means the worker cannot import a module the main process has. The resume state is "
+    "intact: restart and resume from your last checkpoint."
+)
+"""Used instead of :data:`WORKER_DIED_HINT` when every dead worker exited with a code > 0 (an
+exception in the worker, e.g. a missing main guard under spawn): the out-of-memory hint is
+only for workers killed by a signal."""
+
+
+def worker_death_hint(it: Any) -> str:
+    """The hint for a dead-worker error: out of memory only if a worker died of a signal."""
+    workers = getattr(it, "_workers", None) or []
+    codes = [w.exitcode for w in workers if not w.is_alive()]
+    if codes and all(c is not None and c > 0 for c in codes):
+        return WORKER_FAILED_HINT.format(code=codes[0])
+    return WORKER_DIED_HINT
+
 
 def _dead_workers(it: Any, wait_s: float = 2.0) -> list[str]:
     """Pids of the iterator's dead workers, waiting up to ``wait_s`` for one to be seen dead."""
@@ -1009,8 +1032,8 @@ class _LoaderIterator:
         try:
             batch = next(self._it)
         except RuntimeError as exc:
-            if _WORKER_DIED.search(str(exc)) and WORKER_DIED_HINT not in str(exc):
-                raise RuntimeError(f"{exc}\n{WORKER_DIED_HINT}") from exc
+            if _WORKER_DIED.search(str(exc)) and "robo_resume: a DataLoader" not in str(exc):
+                raise RuntimeError(f"{exc}\n{worker_death_hint(self._it)}") from exc
             raise
         except (EOFError, ConnectionError) as exc:
             # a worker killed while handing over a batch's shared memory: torch raises this

@@ -17,6 +17,7 @@ __all__ = [
     "MissingFileError",
     "ResumeStateError",
     "RoboResumeError",
+    "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "VideoDecodeError",
     "describe",
@@ -68,6 +69,10 @@ class DatasetFormatError(RoboResumeError, ValueError):
 
 class UnsupportedVersionError(DatasetFormatError):
     """The dataset uses a LeRobot format version this library does not read (v1.x, v2.0)."""
+
+
+class UnsupportedFeatureError(DatasetFormatError):
+    """The dataset declares a feature kind robo_resume does not read (depth maps, language)."""
 
 
 class MetadataMismatchError(DatasetFormatError):

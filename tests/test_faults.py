@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -520,3 +521,25 @@ def test_skip_records_in_state_are_validated(skip_root):
         make(resume_state=bad)
     old = {k: v for k, v in state.items() if k != "skipped"}  # a state from before the field
     assert make(resume_state=old).tracker().skipped == ()
+
+
+@pytest.mark.timeout(120)
+def test_missing_main_guard_under_spawn_names_the_cause_not_memory(fault_root, tmp_path):
+    """A script without a main guard that starts spawn workers: the hint says so, not OOM."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from robo_resume import ChunkedEpisodeDataset
+
+            ds = ChunkedEpisodeDataset({str(fault_root)!r}, batch_size=4, chunk_frames=8)
+            for batch in ds.dataloader(num_workers=1, multiprocessing_context="spawn"):
+                pass
+            """
+        )
+    )
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110)
+    assert r.returncode != 0
+    assert "exited with an error (exit code 1), it was not killed" in r.stderr, r.stderr[-3000:]
+    assert 'if __name__ == "__main__":' in r.stderr
+    assert "out of memory" not in r.stderr

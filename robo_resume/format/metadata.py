@@ -6,7 +6,8 @@ are read (``meta/``); data and video files are opened later by the readers, whic
 (:meth:`DatasetMeta.check_video_stream` compares an opened video with info.json).
 
 Load-time checks (cheap, no data or video file opened): supported version, required files and
-keys, valid JSON/parquet, fps and features, paths inside the root, at least one episode, no
+keys, valid JSON/parquet, fps and features (no depth maps or language columns, see
+:mod:`~robo_resume.format.features`), paths inside the root, at least one episode, no
 empty or duplicated episodes, and (v3.0) ``dataset_to_index - dataset_from_index == length``.
 """
 
@@ -29,6 +30,7 @@ from ..errors import (
     UnsupportedVersionError,
     describe,
 )
+from .features import check_features
 
 __all__ = ["SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo", "VideoRef", "load_metadata"]
 
@@ -380,6 +382,7 @@ def _load_info(root: Path) -> dict[str, Any]:
                 fix="restore meta/info.json from the published dataset",
             )
         )
+    check_features(info["features"], info_path)  # depth maps, language columns
     return info
 
 

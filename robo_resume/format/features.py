@@ -1,0 +1,103 @@
+"""Which features robo_resume reads, and the lerobot 0.6 features it refuses when loading.
+
+robo_resume reads numeric columns (float, int, bool and fixed-size lists of them), declared
+``string`` columns, RGB ``video`` features and the task, and returns them exactly as lerobot's
+``LeRobotDataset`` does. lerobot 0.6 added two feature kinds to v3.0 datasets that it returns
+differently, and robo_resume refuses them in :func:`check_features` (called by
+:func:`~robo_resume.format.metadata.load_metadata`) instead of returning something else:
+
+- Depth maps: a feature whose ``info`` says ``is_depth_map`` (lerobot <= 0.4 wrote
+  ``video.is_depth_map``, in ``info`` or ``video_info``; lerobot 0.6 reads all three, and so does
+  :func:`is_depth_map`). lerobot 0.6 stores them as 12-bit log-quantised HEVC ``gray12le``
+  video and returns ``(1, H, W)`` float32 millimetres (``depth_output_unit``) after
+  dequantising with the ``video.depth_min``/``depth_max``/``shift``/``use_log`` of the
+  feature's info; robo_resume's decoders produce RGB frames only.
+- Language columns: ``language_persistent`` and ``language_events`` (dtype ``language``), lists
+  of message structs per frame that lerobot returns as Python objects and batches with
+  ``lerobot_collate_fn``; robo_resume's batches are tensors built column by column.
+
+Everything else in info.json is accepted, in particular the encoder settings lerobot 0.6 records
+in a video feature's ``info`` (``video.g``, ``video.crf``, ``video.preset``, ...,
+``is_depth_map: false``) and keys this version does not know: decoding follows the container,
+not info.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import UnsupportedFeatureError, describe
+
+__all__ = ["LANGUAGE_COLUMNS", "check_features", "is_depth_map", "unsupported_features"]
+
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
+"""lerobot 0.6's language annotation columns (``lerobot.datasets.language``)."""
+
+
+def is_depth_map(feature: Mapping[str, Any]) -> bool:
+    """True when a feature is a depth map, by the flags lerobot 0.6's ``depth_keys`` reads."""
+    info = feature.get("info") or {}
+    video_info = feature.get("video_info") or {}
+    if not isinstance(info, Mapping) or not isinstance(video_info, Mapping):
+        return False
+    return bool(
+        info.get("is_depth_map")
+        or info.get("video.is_depth_map")
+        or video_info.get("video.is_depth_map")
+    )
+
+
+def unsupported_features(features: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """``{key: "depth map" | "language column"}`` for the features robo_resume refuses."""
+    out = {}
+    for key, ft in features.items():
+        if not isinstance(ft, Mapping):
+            continue  # malformed entries are reported where they are used
+        if ft.get("dtype") == "language" or key in LANGUAGE_COLUMNS:
+            out[key] = "language column"
+        elif is_depth_map(ft):
+            out[key] = "depth map"
+    return out
+
+
+def _describe_found(key: str, kind: str, feature: Mapping[str, Any]) -> str:
+    if kind == "language column":
+        return f"'{key}' (dtype {feature.get('dtype')!r}, lerobot 0.6 language annotations)"
+    info = feature.get("info") or {}
+    codec, pix_fmt = info.get("video.codec"), info.get("video.pix_fmt")
+    stored = f", {codec} {pix_fmt}" if codec and pix_fmt else ""
+    return f"'{key}' (dtype {feature.get('dtype')!r}{stored}, is_depth_map in its info)"
+
+
+def check_features(features: Mapping[str, Mapping[str, Any]], info_path: Path) -> None:
+    """Raise :class:`UnsupportedFeatureError` if ``features`` holds a depth map or language
+    column (see the module docstring); the message names every such feature and the fix."""
+    refused = unsupported_features(features)
+    if not refused:
+        return
+    kinds = sorted(set(refused.values()))
+    keys = list(refused)
+    root = info_path.parent.parent
+    names = "[" + ", ".join(f"'{k}'" for k in keys) + "]"
+    how = []
+    if "depth map" in kinds:
+        how.append("depth maps come back as (1, H, W) float32 in depth_output_unit")
+    if "language column" in kinds:
+        how.append("language columns come back as lists of messages, batched by lerobot_collate_fn")
+    raise UnsupportedFeatureError(
+        describe(
+            f"The dataset has {' and '.join(k + 's' for k in kinds)}, which robo_resume does "
+            f"not read: {', '.join(repr(k) for k in keys)}",
+            expected="numeric columns, RGB video features and the task (robo_resume returns "
+            "those exactly as lerobot's LeRobotDataset does)",
+            found="; ".join(_describe_found(k, refused[k], features[k]) for k in keys),
+            file=info_path,
+            fix="read these features with lerobot's LeRobotDataset ("
+            + "; ".join(how)
+            + "), or stream a copy without them with robo_resume: lerobot-edit-dataset "
+            f"--repo_id local/copy --root {root} --new_root NEW_ROOT "
+            f'--operation.type remove_feature --operation.feature_names "{names}"',
+        )
+    )
