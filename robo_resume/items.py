@@ -1,6 +1,6 @@
 """LeRobot-compatible items, built for a contiguous frame range in one pass.
 
-An item is the dict ``LeRobotDataset.__getitem__`` returns (lerobot 0.4.4): one tensor per data
+An item is the dict ``LeRobotDataset.__getitem__`` returns (lerobot 0.6.1): one tensor per data
 column (floats as float32, ints as int64, 0-d for scalars), one ``(C, H, W)`` image per camera
 (float32 in [0, 1] by default, or uint8), ``delta_timestamps`` windows stacked along a new first
 axis with ``<key>_is_pad`` masks (indices clamped to the episode, so edge frames repeat), and the
