@@ -926,7 +926,54 @@ class BatchLoader(torch.utils.data.DataLoader):
                 ds.ring_flags = torch.zeros((MAX_WORKERS, RING), dtype=torch.int64)
                 ds.ring_flags.share_memory_()
             ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
+        if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
+            check_picklable(self)
         return _LoaderIterator(super().__iter__(), self.float_keys, ring)
+
+
+def check_picklable(loader: torch.utils.data.DataLoader) -> None:
+    """Before workers start by 'spawn' or 'forkserver', make sure what they need pickles.
+
+    Those start methods send the dataset (with its transforms), the collate and the
+    worker_init functions to every worker by pickle; a lambda or a local function fails there
+    with a PicklingError from deep inside multiprocessing. Raise a :class:`TypeError` naming
+    the object and the fix instead, before any worker starts. Nothing is checked under 'fork'.
+    """
+    import multiprocessing
+    import pickle
+
+    ctx = loader.multiprocessing_context
+    method = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
+    if method == "fork":
+        return
+    inner = getattr(loader.dataset, "dataset", None) or getattr(loader.dataset, "mix", None)
+    parts = getattr(inner, "datasets", None) or [inner]
+    transforms = [
+        getattr(getattr(getattr(d, "items", None), "options", None), "image_transforms", None)
+        for d in parts
+    ]
+    candidates = [("image_transforms", t) for t in transforms if t is not None] + [
+        ("collate_fn", loader.collate_fn),
+        ("worker_init_fn", loader.worker_init_fn),
+        ("the dataset", loader.dataset),
+    ]
+    for name, obj in candidates:
+        if obj is None:
+            continue
+        try:
+            pickle.dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                describe(
+                    f"DataLoader workers start with {method!r}, which sends {name} to every "
+                    "worker by pickle, and it does not pickle",
+                    expected="a module-level function or an object of a module-level class",
+                    found=f"{name} = {obj!r} ({type(exc).__name__}: {exc})",
+                    fix="define it at module level (not a lambda or a function inside a "
+                    "function), or start the workers with multiprocessing_context='fork' "
+                    "(Linux)",
+                )
+            ) from exc
 
 
 def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

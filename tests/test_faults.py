@@ -543,3 +543,24 @@ def test_missing_main_guard_under_spawn_names_the_cause_not_memory(fault_root, t
     assert "exited with an error (exit code 1), it was not killed" in r.stderr, r.stderr[-3000:]
     assert 'if __name__ == "__main__":' in r.stderr
     assert "out of memory" not in r.stderr
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_unpicklable_transform_is_named_before_any_worker_starts(fault_root, method):
+    ds = ChunkedEpisodeDataset(
+        fault_root, batch_size=4, chunk_frames=8, image_transforms=lambda t: t * 2
+    )
+    loader = ds.dataloader(num_workers=2, multiprocessing_context=method)
+    with pytest.raises(TypeError, match=rf"start with '{method}'.*image_transforms = <function"):
+        iter(loader)
+    assert loader._iterator is None  # no worker was started
+    plain = ChunkedEpisodeDataset(fault_root, batch_size=4, chunk_frames=8)
+    with pytest.raises(TypeError, match=r"worker_init_fn = .*multiprocessing_context='fork'"):
+        iter(plain.dataloader(num_workers=1, multiprocessing_context=method,
+                              worker_init_fn=lambda w: None))  # fmt: skip
+
+
+def test_picklable_transform_still_starts_spawn_workers(fault_root):
+    ds = ChunkedEpisodeDataset(fault_root, batch_size=4, chunk_frames=8, image_transforms=abs)
+    batch = next(iter(ds.dataloader(num_workers=1, multiprocessing_context="spawn")))
+    assert len(batch["index"]) == 4
