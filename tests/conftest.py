@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import os
+
+# Before torch is imported: tests run torch in several processes at once (pytest-xdist,
+# DataLoader workers, training and example subprocesses, which inherit this) on a 2-core
+# machine, and OpenMP threads that busy-wait starve each other there (seen: a tiny policy's
+# backward spinning for 20 CPU-minutes under load). One thread per process unless set.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import warnings
 from pathlib import Path
 
