@@ -67,15 +67,19 @@ def consume(
     epochs: int = 1,
     stop_after: int | None = None,
     loader_kwargs: Mapping[str, Any] | None = None,
+    trackers: list[Any] | None = None,
     **ds_kwargs: Any,
 ) -> tuple[list[tuple[int, list[int]]], dict[str, Any] | None]:
     """Run a training loop over ``epochs`` iterations; return consumed ``(role, index list)``.
 
     Stops after ``stop_after`` batches in total if given, returning the tracker's state then
-    (what a checkpoint would hold); otherwise returns ``None`` as the state.
+    (what a checkpoint would hold); otherwise returns ``None`` as the state. The tracker is
+    appended to ``trackers`` when given (e.g. for its ``skip_report()``).
     """
     ds = make(**ds_kwargs)
     tracker = ds.tracker()
+    if trackers is not None:
+        trackers.append(tracker)
     loader = ds.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
     from .dataset import CURSOR_KEY
 

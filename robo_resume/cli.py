@@ -18,15 +18,71 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .errors import RoboResumeError
+from .errors import RoboResumeError, describe
 
 __all__ = ["build_parser", "main"]
 
 OK, FAILED, USAGE = 0, 1, 2
 
 
-def _episodes(text: str | None) -> list[int] | None:
-    return [int(x) for x in text.split(",")] if text else None
+EPISODES_HELP = (
+    "episodes to use: indices and ranges (0-9,12), a slice string (train[:90%%]), or "
+    "'readable' (the episodes whose files all exist and open); default: all"
+)
+ON_ERROR_HELP = (
+    "raise (default): stop at the first missing or broken file with an error naming it; "
+    "skip: skip the chunks whose files fail to read, and report them"
+)
+
+
+def _episodes(text: str | None, root: Any = None) -> list[int] | str | None:
+    """``--episodes``: None, ``readable``, a slice string, or indices with ranges (``0-9,12``)."""
+    if not text:
+        return None
+    text = text.strip()
+    if text == "readable":
+        from .files import readable_episodes
+
+        if root is None:
+            raise ValueError(describe("--episodes readable needs a dataset", found="no --root"))
+        return list(readable_episodes(root))
+    if "[" in text:
+        return text
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            a, sep, b = part.strip().partition("-")
+            out.extend(range(int(a), int(b) + 1) if sep and a else [int(part)])
+    except ValueError:
+        raise ValueError(
+            describe(
+                "--episodes is not an episode selection",
+                expected="indices and ranges such as 0-9,12, a slice string such as "
+                "'train[:90%]', or 'readable'",
+                found=repr(text),
+            )
+        ) from None
+    return out
+
+
+def _message(exc: BaseException) -> str:
+    """The error's own message on one line, without torch's worker traceback.
+
+    An error raised in a DataLoader worker reaches the main process as ``Caught X in DataLoader
+    worker process N. Original Traceback (most recent call last): ... X: <message>``; the
+    message is the last line (our messages are one paragraph).
+    """
+    text = str(exc)
+    if "Original Traceback" in text:
+        name = type(exc).__name__
+        lines = text.rstrip().splitlines()
+        for i in range(len(lines) - 1, -1, -1):
+            head, sep, rest = lines[i].partition(": ")
+            if sep and head.rsplit(".", 1)[-1] == name:
+                text = " ".join([rest, *lines[i + 1 :]])
+                break
+    text = " ".join(text.split())
+    return text.replace("pass on_error='skip'", "pass --on-error skip (or --episodes readable)")
 
 
 def _emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> None:
@@ -38,13 +94,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Train a tiny policy, SIGKILL it, resume from its checkpoint, check exactly-once."""
     from .demo import run_demo
 
+    if args.root or args.episodes != "readable":  # a generated dataset: resolved in run_demo
+        args.episodes = _episodes(args.episodes, args.root)
     r = run_demo(args)
     ok = r["frames_replayed"] == 0 and r["frames_lost"] == 0 and r["order_identical"]
     text = "\n".join(
         [
             f"dataset: {r['dataset']}",
             f"training: batch {r['batch_size']}, {r['num_workers']} DataLoader workers, "
-            f"{r['epochs']} epochs = {r['steps_uninterrupted']} steps",
+            f"{r['epochs']} epochs = {r['steps_uninterrupted']} steps, "
+            f"{len(r['episodes'])} episodes",
+            *([f"skipped (--on-error skip): {r['skip_summary']}"] if r["skip_summary"] else []),
             f"killed with SIGKILL at step {r['killed_at_step']}; resumed from the checkpoint of "
             f"step {r['resumed_from_checkpoint_step']}",
             f"frames replayed: {r['frames_replayed']}",
@@ -142,13 +202,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .schedule import Topology
 
     streams = []
+    episodes = _episodes(args.episodes, args.root)
     for rank in range(args.world_size):
         ds = ChunkedEpisodeDataset(
             args.root,
             batch_size=args.batch_size,
             seed=args.seed,
             chunk_frames=args.chunk_frames,
-            episodes=_episodes(args.episodes),
+            episodes=episodes,
             resume_step=args.step * args.batch_size,
             infinite=args.infinite,
             rank=rank,
@@ -217,6 +278,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     consumed: dict[str, Counter] = {s: Counter() for s in SCENARIOS}
     full_all: Counter = Counter()
     crashes = [int(x) for x in str(args.crash_at).split(",")]
+    episodes = _episodes(args.episodes, args.root)
     for crash in crashes:
         for rank in range(args.world_size):
             full, res = audit(
@@ -227,7 +289,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 epochs=args.epochs,
                 seed=args.seed,
                 chunk_frames=args.chunk_frames,
-                episodes=_episodes(args.episodes),
+                episodes=episodes,
+                on_error=args.on_error,
                 rank=rank,
                 world_size=args.world_size,
                 keep_order=True,
@@ -300,8 +363,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.root,
         batch_size=args.batch_size,
         seed=0,
-        episodes=_episodes(args.episodes),
+        episodes=_episodes(args.episodes, args.root),
         image_dtype="uint8",
+        on_error=args.on_error,
     )
     t = time.perf_counter()
     frames = 0
@@ -375,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--batch-size", type=int, default=batch)
         c.add_argument("--seed", type=int, default=0)
         c.add_argument("--chunk-frames", type=int, default=64)
-        c.add_argument("--episodes", help="comma-separated episode indices (default: all)")
+        c.add_argument("--episodes", help=EPISODES_HELP)
 
     d = command(
         "demo",
@@ -392,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--chunk-frames", type=int, default=32)
     d.add_argument("--checkpoint-every", type=int, default=10)
     d.add_argument("--kill-seed", type=int, default=None, help="seed of the random kill step")
+    d.add_argument("--episodes", help=EPISODES_HELP)
+    d.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
     d.add_argument("--slow", type=float, default=0.01, help=argparse.SUPPRESS)
 
     i = command(
@@ -424,13 +490,15 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--world-size", type=int, default=1)
     v.add_argument("--epochs", type=int, default=1)
     v.add_argument("--plot", help="write a PNG of how often each frame was consumed")
+    v.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
 
     b = command("bench", "quick throughput check of this machine on a dataset", cmd_bench)
     b.add_argument("root")
     b.add_argument("--num-workers", type=int, default=2)
     b.add_argument("--batch-size", type=int, default=32)
     b.add_argument("--batches", type=int, default=50)
-    b.add_argument("--episodes", help="comma-separated episode indices (default: all)")
+    b.add_argument("--episodes", help=EPISODES_HELP)
+    b.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
 
     # listed for --help only: main() hands `train ...` to lerobot's own parser
     sub.add_parser(
@@ -454,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (RoboResumeError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_message(exc)}", file=sys.stderr)
         return USAGE
 
 

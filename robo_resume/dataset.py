@@ -56,6 +56,7 @@ from .schedule import (
     resume_point,
     worker_batches_done,
 )
+from .skips import SkipLog
 from .splits import EpisodeSelection, select_episodes
 from .state import ResumeState, StreamCursor
 
@@ -315,6 +316,39 @@ class ChunkedEpisodeDataset(IterableDataset):
     def batches_per_epoch(self, num_workers: int) -> int:
         """Batches this rank's DataLoader yields per epoch (equal on every rank)."""
         return self.schedule(num_workers).batches_per_rank
+
+    def batches_next_iteration(self, num_workers: int) -> int:
+        """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
+
+        The first iteration runs from :meth:`start_point` to the end of its epoch (a partial
+        epoch after a resume; the remainder epoch after an elastic resume); later ones are
+        whole epochs of :meth:`layout`. Raises TypeError in infinite mode (no end).
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "An infinite ChunkedEpisodeDataset's loader has no len()",
+                    expected="infinite=False for a loader with a length",
+                    found="infinite=True: one endless iteration over consecutive epochs",
+                    fix=f"use dataset.batches_per_epoch(num_workers) "
+                    f"({self.batches_per_epoch(num_workers)} here) as the epoch length, or "
+                    "count steps yourself",
+                )
+            )
+        wp = max(num_workers, 1)
+        slots = self._slots[:wp]
+        layout = self.layout(num_workers)
+        topo = Topology(self.world_size, num_workers)
+        if int(slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+        else:  # every worker starts its next epoch at position 0
+            starts = [(int(slots[0, 0]), 0)] * wp
+        b = self.batch_size
+        total = 0
+        for role, (epoch, position) in enumerate(starts):
+            left = layout.length(epoch, topo.stream_id(self.rank, role)) - position
+            total += -(-max(left, 0) // b)
+        return total
 
     def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int]], int]:
         """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
@@ -913,10 +947,28 @@ class BatchLoader(torch.utils.data.DataLoader):
 
     def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
+        self._live_len: int | None = None  # length of the iteration under way
         super().__init__(dataset, batch_size=None, **kwargs)
+
+    def __len__(self) -> int:
+        """Batches of the iteration under way, else of the next one (epoch mode only).
+
+        The first iteration is the epoch the dataset starts in, from its resume point (after a
+        resume, what is left of the interrupted epoch, or the remainder epoch of an elastic
+        resume); each later one is a whole epoch. Equal on every rank. An infinite dataset
+        has no length: it raises TypeError (use ``dataset.batches_per_epoch(num_workers)``).
+        """
+        if self._live_len is not None:
+            return self._live_len
+        ds = self.dataset
+        if not isinstance(ds, _Batches):
+            return super().__len__()
+        return ds.dataset.batches_next_iteration(self.num_workers)
 
     def __iter__(self):
         ds = self.dataset
+        self._live_len = None
+        length = len(self) if isinstance(ds, _Batches) and not ds.dataset.infinite else None
         ring = None
         # pinned batches are copies: the workers' ring slots would never be released
         if isinstance(ds, _Batches) and self.num_workers > 0 and not self.pin_memory:
@@ -928,7 +980,9 @@ class BatchLoader(torch.utils.data.DataLoader):
             ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
             check_picklable(self)
-        return _LoaderIterator(super().__iter__(), self.float_keys, ring)
+        it = _LoaderIterator(super().__iter__(), self.float_keys, ring, owner=self)
+        self._live_len = it._length = length
+        return it
 
 
 def check_picklable(loader: torch.utils.data.DataLoader) -> None:
@@ -1067,10 +1121,15 @@ class _LoaderIterator:
     Other attributes (``_workers``, ``__len__``, ...) are torch's iterator's.
     """
 
-    def __init__(self, it: Any, float_keys: tuple[str, ...], ring: Any = None) -> None:
+    def __init__(
+        self, it: Any, float_keys: tuple[str, ...], ring: Any = None, owner: Any = None
+    ) -> None:
         self._it = it
         self._float_keys = float_keys
         self._ring = ring  # (flag table, camera keys) when workers reuse ring buffers
+        self._owner = owner  # the BatchLoader (its len() is this iteration's until the end)
+        self._length: int | None = None
+        self._skips = SkipLog()
 
     def __iter__(self) -> _LoaderIterator:
         return self
@@ -1078,6 +1137,11 @@ class _LoaderIterator:
     def __next__(self) -> dict[str, Any]:
         try:
             batch = next(self._it)
+        except StopIteration:
+            self._skips.finish()
+            if self._owner is not None and self._owner._live_len == self._length:
+                self._owner._live_len = None
+            raise
         except RuntimeError as exc:
             if _WORKER_DIED.search(str(exc)) and "robo_resume: a DataLoader" not in str(exc):
                 raise RuntimeError(f"{exc}\n{worker_death_hint(self._it)}") from exc
@@ -1095,10 +1159,12 @@ class _LoaderIterator:
         ticket = batch.pop(RELEASE_KEY, None) if isinstance(batch, dict) else None
         if ticket is not None and self._ring is not None:
             _release_when_dropped(batch, ticket, *self._ring)
+        if isinstance(batch, dict) and batch.get(SKIPPED_KEY):
+            self._skips.add(batch[SKIPPED_KEY])
         return _to_float(batch, self._float_keys) if self._float_keys else batch
 
     def __len__(self) -> int:
-        return len(self._it)
+        return self._length if self._length is not None else len(self._it)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_it"], name)

@@ -81,6 +81,8 @@ def train(args: argparse.Namespace) -> int:
         seed=args.seed,
         chunk_frames=args.chunk_frames,
         resume_state=ckpt["data"] if ckpt else None,
+        episodes=[int(e) for e in args.episodes.split(",")] if args.episodes else None,
+        on_error=args.on_error,
     )
     cams = ds.meta.camera_keys
     state_key = "observation.state" if "observation.state" in ds.meta.features else "state"
@@ -116,12 +118,14 @@ def train(args: argparse.Namespace) -> int:
                         + "\n"
                     )
                     first = False
-                pred = model(batch[state_key], [batch[c] for c in cams])
-                loss = torch.nn.functional.mse_loss(pred, batch[action_key])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
                 step += 1
+                loss = torch.zeros(())
+                if len(batch["index"]):  # on_error="skip" can empty a batch: no model step
+                    pred = model(batch[state_key], [batch[c] for c in cams])
+                    loss = torch.nn.functional.mse_loss(pred, batch[action_key])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
                 log.write(
                     json.dumps(
                         {
@@ -193,6 +197,9 @@ def _child(args: argparse.Namespace, *extra: str) -> subprocess.Popen:
         str(args.checkpoint_every),
         "--slow",
         str(args.slow),
+        "--on-error",
+        args.on_error,
+        *(["--episodes", ",".join(map(str, args.episode_list))] if args.episode_list else []),
         *extra,
     ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -204,6 +211,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
     from .audit import consume
     from .dataset import ChunkedEpisodeDataset
+    from .errors import format_ranges
+    from .files import readable_episodes
     from .testing import make_dataset
 
     work = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="robo_resume_demo_"))
@@ -226,19 +235,35 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     for f in ("consumed.jsonl", "ckpt.pt"):
         (args.workdir_path / f).unlink(missing_ok=True)
 
+    episodes = getattr(args, "episodes", None)
+    if episodes == "readable":
+        episodes = readable_episodes(root)
+    args.on_error = getattr(args, "on_error", "raise")
+
     def make(**kw):
         return ChunkedEpisodeDataset(
-            root, batch_size=args.batch_size, seed=args.seed, chunk_frames=args.chunk_frames, **kw
+            root,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            chunk_frames=args.chunk_frames,
+            episodes=episodes,
+            on_error=args.on_error,
+            **kw,
         )
 
     ds = make()
     meta = ds.meta
+    args.episode_list = ds.episodes if episodes is not None else None
     print(
-        f"[demo] dataset {root}: LeRobot {meta.version}, {meta.num_episodes} episodes, "
-        f"{meta.total_frames} frames, cameras {list(meta.camera_keys)}",
+        f"[demo] dataset {root}: LeRobot {meta.version}, {meta.num_episodes} episodes "
+        f"({len(ds.episodes)} used), {meta.total_frames} frames, cameras {list(meta.camera_keys)}",
         file=sys.stderr,
     )
-    reference, _ = consume(make, num_workers=args.num_workers, epochs=args.epochs)
+    trackers: list[Any] = []
+    reference, _ = consume(
+        make, num_workers=args.num_workers, epochs=args.epochs, trackers=trackers
+    )
+    skipped = trackers[0].skipped
     ref = [i for _, b in reference for i in b]
     total_steps = len(reference)
     rng = random.Random(args.kill_seed)
@@ -289,6 +314,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     want_c, got_c = Counter(ref), Counter(got)
     report = {
         "dataset": str(root),
+        "episodes": list(ds.episodes),
+        "on_error": args.on_error,
+        "skip_summary": (
+            f"{len(skipped)} chunk(s), {sum(r['stop'] - r['frame'] for r in skipped)} frames "
+            f"of episodes {format_ranges(r['episode'] for r in skipped)} in the uninterrupted run"
+            if skipped
+            else None
+        ),
         "batch_size": args.batch_size,
         "num_workers": args.num_workers,
         "epochs": args.epochs,
@@ -319,6 +352,8 @@ def _child_main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--slow", type=float, default=0.0)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--episodes", default=None, help="comma-separated episode indices")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
     return train(p.parse_args(argv))
 
 

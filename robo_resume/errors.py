@@ -8,6 +8,7 @@ callers that catch builtins keep working.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "UnsupportedVersionError",
     "VideoDecodeError",
     "describe",
+    "format_ranges",
 ]
 
 
@@ -57,6 +59,20 @@ def describe(
     if fix:
         parts.append("Fix: " + fix.rstrip(".") + ".")
     return " ".join(parts)
+
+
+def format_ranges(values: Iterable[int]) -> str:
+    """Integers as sorted ranges for messages: ``[0, 1, 2, 3, 7, 9, 10]`` -> ``"0-3,7,9-10"``."""
+    vals = sorted({int(v) for v in values})
+    out: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out) or "none"
 
 
 class RoboResumeError(Exception):

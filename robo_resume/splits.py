@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import describe
+from .errors import describe, format_ranges
 
 if TYPE_CHECKING:
     from .format.metadata import DatasetMeta
@@ -254,12 +254,19 @@ class Split:
     10%: the two are disjoint and cover all episodes (see :func:`split_episodes`). The
     selection is only indices (zero-copy), and a pure function of the fields and the dataset's
     episode indices. Picklable; ``repr`` names every field.
+
+    ``among`` restricts the split to those episode indices before cutting it, e.g. the
+    episodes whose files exist (``among=readable_episodes(root)``, see
+    :func:`robo_resume.files.readable_episodes`): parts are then cut from those episodes only,
+    so no part holds an unreadable one. Indices the dataset lacks are an error. The split
+    depends on the set it is cut from, so the same ``among`` gives the same parts.
     """
 
     fractions: tuple[float, ...]
     index: int = 0
     seed: int = 0
     shuffle: bool = True
+    among: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_fractions(self.fractions)
@@ -278,9 +285,39 @@ class Split:
                 )
             )
         _check_seed(self.seed)
+        if self.among is not None:
+            if isinstance(self.among, str | bytes) or not isinstance(self.among, Iterable):
+                raise ValueError(
+                    describe(
+                        "Split among= must be episode indices",
+                        expected="a sequence of ints, e.g. among=readable_episodes(root)",
+                        found=type(self.among).__name__,
+                    )
+                )
+            object.__setattr__(self, "among", tuple(sorted({int(e) for e in self.among})))
+
+    def __repr__(self) -> str:
+        among = "" if self.among is None else f", among={self.among!r}"
+        return (
+            f"Split(fractions={self.fractions!r}, index={self.index!r}, seed={self.seed!r}, "
+            f"shuffle={self.shuffle!r}{among})"
+        )
 
     def select(self, episodes: Any) -> tuple[int, ...]:
         """This part of ``episodes`` (a DatasetMeta or episode indices), sorted."""
+        if self.among is not None:
+            known = set(_episode_ids(episodes))
+            unknown = [e for e in self.among if e not in known]
+            if unknown:
+                raise ValueError(
+                    describe(
+                        "Split among= names episodes the dataset does not have",
+                        expected=f"episode indices among {format_ranges(known)}",
+                        found=format_ranges(unknown),
+                        fix="pass among=readable_episodes(root) of this dataset",
+                    )
+                )
+            episodes = self.among
         parts = split_episodes(episodes, self.fractions, seed=self.seed, shuffle=self.shuffle)
         return parts[self.index]
 

@@ -122,18 +122,7 @@ class CursorTracker:
 
         for r in batch.get(SKIPPED_KEY) or ():
             r = {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in r.items()}
-            self._skipped.append(r)
-            logger.warning(
-                "skipped chunk (on_error='skip'): epoch=%d chunk=%d episode=%d frames=%d..%d "
-                "file=%s error=%s",
-                r["epoch"],
-                r["chunk"],
-                r["episode"],
-                r["frame"],
-                r["stop"] - 1,
-                r["file"],
-                r["error"],
-            )
+            self._skipped.append(r)  # logged by the loader (robo_resume.skips), not here
 
     @property
     def skipped(self) -> tuple[dict[str, Any], ...]:

@@ -412,11 +412,14 @@ def test_skip_broken_files_completes_and_reports(skip_root, caplog):
         want = _video(1) if r["episode"] == 1 else _data(4)
         err = "MissingFileError" if r["episode"] == 1 else "CorruptFileError"
         assert r["file"].endswith(want) and r["error"].startswith(err), r
-    warnings = [m for m in caplog.messages if m.startswith("skipped chunk")]
-    assert len(warnings) == len(tracker.skipped)
+    # one WARNING per broken file and one summary per pass (issue 17), not one per chunk
+    warnings = [m for m in caplog.messages if m.startswith("robo_resume: skipping the frames")]
+    assert len(warnings) == 2 * len(BROKEN_EPISODES) < len(tracker.skipped)
     assert all(
-        re.search(r"episode=[14] frames=\d+\.\.\d+ file=\S+ error=\w+Error", w) for w in warnings
+        re.search(r"of \S+ \(episode [14]; (MissingFile|CorruptFile)Error: A ", w) for w in warnings
     )
+    summaries = [m for m in caplog.messages if m.startswith("robo_resume: this pass skipped")]
+    assert len(summaries) == 2 and all("episode(s) 1,4, in 2 missing" in m for m in summaries)
     report = tracker.skip_report()
     assert report.splitlines()[0].startswith(
         f"robo_resume: {len(tracker.skipped)} chunk(s) skipped ({2 * (total - len(good))} frames)"

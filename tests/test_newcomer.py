@@ -1,0 +1,208 @@
+"""Issue 17: missing files handled the same way everywhere, plots, inspect, refusals, len, mixes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from collections import Counter
+
+import pytest
+
+from robo_resume import ChunkedEpisodeDataset, load_metadata
+from robo_resume.cli import main
+from robo_resume.files import check_files, readable_episodes
+from robo_resume.splits import Split
+
+LENGTHS = (12, 9, 14, 10, 11, 13)
+MISSING_VIDEO, CUT_DATA = 1, 3  # episode whose mp4 is deleted, episode whose parquet is cut
+
+
+@pytest.fixture(scope="module")
+def clean_root(factory):
+    return factory(
+        episode_lengths=LENGTHS, num_cameras=1, codec="mpeg4", gop=4, episodes_per_file=1
+    ).root
+
+
+@pytest.fixture(scope="module")
+def broken(clean_root, tmp_path_factory):
+    """A copy of ``clean_root`` with one mp4 deleted and one parquet cut in half."""
+    root = tmp_path_factory.mktemp("broken") / "ds"
+    shutil.copytree(clean_root, root)
+    meta = load_metadata(root)
+    video = root / next(iter(meta.episode(MISSING_VIDEO).videos.values())).path
+    video.unlink()
+    data = root / meta.episode(CUT_DATA).data_path
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    return root
+
+
+def test_check_files_names_missing_and_unreadable_files(broken):
+    result = check_files(broken)
+    assert result.files_checked == 2 * len(LENGTHS)  # one parquet and one mp4 per episode
+    by_kind = {(p.kind, p.problem): p for p in result.problems}
+    assert set(by_kind) == {("video", "missing"), ("data", "unreadable")}
+    assert by_kind["video", "missing"].episodes == (MISSING_VIDEO,)
+    assert by_kind["video", "missing"].error.startswith("MissingFileError: A video file is missing")
+    assert by_kind["data", "unreadable"].episodes == (CUT_DATA,)
+    assert "CorruptFileError" in by_kind["data", "unreadable"].error
+    good = tuple(e for e in range(len(LENGTHS)) if e not in (MISSING_VIDEO, CUT_DATA))
+    assert result.readable == readable_episodes(broken) == good
+    assert result.unreadable_episodes == (MISSING_VIDEO, CUT_DATA)
+    assert result.summary() == (
+        "4 of 6 episodes readable; 1 missing and 1 unreadable file(s) of 12 checked"
+    )
+    assert readable_episodes(broken, episodes=[0, 1, 2]) == (0, 2)
+
+
+def test_readable_episodes_as_selection_and_inside_split(broken, clean_root):
+    readable = readable_episodes(broken)
+    ds = ChunkedEpisodeDataset(broken, batch_size=4, episodes=readable)
+    assert ds.episodes == readable
+    parts = [
+        ChunkedEpisodeDataset(
+            broken, batch_size=4, episodes=Split((0.5, 0.5), index=i, seed=3, among=readable)
+        ).episodes
+        for i in (0, 1)
+    ]
+    assert sorted(parts[0] + parts[1]) == list(readable) and not set(parts[0]) & set(parts[1])
+    # without among=, a seeded split of all episodes holds an unreadable one (seed 3)
+    plain = Split((0.5, 0.5), index=0, seed=3).select(range(len(LENGTHS)))
+    assert set(plain) & {MISSING_VIDEO, CUT_DATA}
+    with pytest.raises(
+        ValueError,
+        match=r"among= names episodes the dataset does not have.*"
+        r"Found 40-41",
+    ):
+        ChunkedEpisodeDataset(broken, batch_size=4, episodes=Split((0.5, 0.5), among=[0, 40, 41]))
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and "DataLoader worker" not in err, err
+    return err
+
+
+@pytest.mark.timeout(400)
+def test_cli_missing_file_is_one_line_error_then_episodes_or_on_error(broken, capsys):
+    args = ["bench", str(broken), "--batches", "50", "--batch-size", "4", "--num-workers", "1"]
+    assert main(args) == 2
+    err = _one_line_error(capsys)
+    assert re.match(r"error: (A video file is missing|A data file is not a readable parquet)", err)
+    assert "--on-error skip (or --episodes readable)" in err
+    args[-1] = "0"  # the rest in the main process (the machine is shared)
+    assert main([*args, "--episodes", "readable", "--json"]) == 0
+    good = sum(n for e, n in enumerate(LENGTHS) if e not in (MISSING_VIDEO, CUT_DATA))
+    assert json.loads(capsys.readouterr().out)["frames"] == good
+    assert main([*args, "--on-error", "skip", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["frames"] == good
+    assert main([*args, "--episodes", "0,2-3"]) == 2  # episode 3's parquet is cut
+    assert "episode 3" in _one_line_error(capsys)
+    assert main([*args, "--episodes", "0-x"]) == 2
+    assert "--episodes is not an episode selection" in _one_line_error(capsys)
+
+
+@pytest.mark.timeout(400)
+def test_cli_verify_and_plan_take_episodes_and_on_error(broken, capsys):
+    base = ["--batch-size", "4", "--chunk-frames", "8", "--num-workers", "0"]
+    assert main(["verify", str(broken), "--crash-at", "2", *base]) == 2
+    _one_line_error(capsys)
+    assert main(["verify", str(broken), "--crash-at", "2", "--on-error", "skip", *base]) == 0
+    assert "robo_resume: exactly once" in capsys.readouterr().out
+    plan_args = ["plan", str(broken), "--step", "1", "--episodes", "readable", "--json", *base]
+    assert main(plan_args) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {s["episode"] for s in plan["streams"]} <= {0, 2, 4, 5}
+
+
+@pytest.mark.parametrize("command", ["demo", "verify", "bench"])
+def test_data_commands_have_episodes_and_on_error(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "--episodes" in out and "--on-error {raise,skip}" in out and "readable" in out
+
+
+@pytest.mark.timeout(400)
+def test_skip_warnings_one_line_per_file_and_a_summary_per_pass(broken, caplog):
+    ds = ChunkedEpisodeDataset(broken, batch_size=4, chunk_frames=4, seed=1, on_error="skip")
+    tracker = ds.tracker()
+    loader = ds.dataloader(num_workers=1)
+    caplog.set_level(logging.WARNING, logger="robo_resume")
+    for _ in range(2):
+        for batch in loader:
+            tracker.consume(batch)
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    per_file = [m for m in lines if m.startswith("robo_resume: skipping the frames of")]
+    summaries = [m for m in lines if m.startswith("robo_resume: this pass skipped")]
+    assert len(lines) == len(per_file) + len(summaries)
+    assert len(per_file) == 2 * 2  # two broken files, two passes
+    assert all(len(m) < 300 for m in per_file), per_file
+    assert sorted(re.search(r"of \S+\.(\w+) \(", m).group(1) for m in per_file) == [
+        "mp4",
+        "mp4",
+        "parquet",
+        "parquet",
+    ]
+    chunks_per_pass = len(tracker.skipped) // 2
+    assert chunks_per_pass > 2  # several chunks per broken file, yet one line per file
+    frames = LENGTHS[MISSING_VIDEO] + LENGTHS[CUT_DATA]
+    assert (
+        summaries
+        == [
+            f"robo_resume: this pass skipped {chunks_per_pass} chunk(s), {frames} frames of "
+            "episode(s) 1,3, in 2 missing or unreadable file(s) (on_error='skip'); "
+            "CursorTracker.skip_report() lists them, robo_resume.files.readable_episodes(root) "
+            "selects the episodes without them"
+        ]
+        * 2
+    )
+    assert Counter(r["episode"] for r in tracker.skipped).keys() == {1, 3}
+
+
+@pytest.mark.timeout(400)
+def test_cli_demo_on_a_dataset_with_missing_files(broken, tmp_path, capsys):
+    args = ["demo", "--root", str(broken), "--out", str(tmp_path), "--epochs", "1"]
+    args += ["--batch-size", "4", "--checkpoint-every", "3", "--kill-seed", "1", "--num-workers"]
+    assert main([*args, "1", "--episodes", "readable", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["episodes"] == [0, 2, 4, 5] and report["ok"] is True
+    assert (report["frames_replayed"], report["frames_lost"]) == (0, 0)
+
+
+@pytest.mark.timeout(300)
+def test_loader_len_is_this_iterations_batches(factory):
+    root = factory(episode_lengths=(23, 41, 17, 30, 9), num_cameras=0).root
+
+    def make(**kw):
+        return ChunkedEpisodeDataset(root, batch_size=4, chunk_frames=8, seed=2, **kw)
+
+    ds = make()
+    loader = ds.dataloader(num_workers=2, persistent_workers=True)
+    tracker = ds.tracker()
+    per_epoch = ds.batches_per_epoch(2)
+    assert len(loader) == per_epoch
+    seen = 0
+    for batch in loader:
+        assert len(loader) == per_epoch  # stable during the iteration
+        tracker.consume(batch)
+        seen += 1
+        if seen == 5:  # 5 % 2 workers != 0: the resume rotates roles
+            state = tracker.state_dict()
+    assert seen == per_epoch and len(loader) == per_epoch  # the next epoch is whole too
+    assert sum(1 for _ in loader) == per_epoch
+    resumed = make(resume_state=state).dataloader(num_workers=2)
+    assert len(resumed) == per_epoch - 5 == sum(1 for _ in resumed)
+    elastic = make(resume_state=state).dataloader(num_workers=1)  # remainder epoch
+    assert len(elastic) == sum(1 for _ in elastic) > 0
+    stepped = make(resume_step=3 * 4).dataloader(num_workers=0)
+    assert len(stepped) == per_epoch - 3 == sum(1 for _ in stepped)
+    endless = make(infinite=True)
+    with pytest.raises(
+        TypeError,
+        match=r"infinite ChunkedEpisodeDataset's loader has no len.*"
+        rf"batches_per_epoch\(num_workers\) \({per_epoch} here\)",
+    ):
+        len(endless.dataloader(num_workers=2))
