@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .elastic import Layout, Level, build_layout, replan
+from .elastic import Layout, Level, build_layout, check_positions, replan
 from .errors import (
     CorruptFileError,
     MetadataMismatchError,
@@ -44,6 +44,7 @@ from .errors import (
     describe,
 )
 from .format.metadata import DatasetMeta, load_metadata
+from .format.validate import inside_root
 from .format.video import VideoReader, decoded_in_this_process
 from .hub import resolve_dataset
 from .items import ItemBuilder, ItemOptions, to_float
@@ -58,7 +59,7 @@ from .schedule import (
 )
 from .skips import SkipLog
 from .splits import EpisodeSelection, select_episodes
-from .state import ResumeState, StreamCursor
+from .state import MAX_STATE_INT, MAX_WORKERS, ResumeState, StreamCursor
 
 if TYPE_CHECKING:
     from .tracker import CursorTracker
@@ -79,7 +80,6 @@ logger = logging.getLogger("robo_resume")
 CURSOR_KEY = "robo_resume_cursor"
 """Item key of the cursor: int64 ``[rank, role, num_workers, epoch, position]``."""
 
-MAX_WORKERS = 128
 RING = 4
 """Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
 reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory costs more per
@@ -231,6 +231,15 @@ class ChunkedEpisodeDataset(IterableDataset):
                     expected=f"step * batch_size (a multiple of {batch_size})",
                     found=resume_step,
                     fix="pass resume_step=step * batch_size, where step counts batches",
+                )
+            )
+        if resume_step // batch_size > MAX_STATE_INT:
+            raise ResumeStateError(
+                describe(
+                    "resume_step is beyond any run's length",
+                    expected=f"resume_step // batch_size <= {MAX_STATE_INT} batches",
+                    found=f"resume_step={resume_step}",
+                    fix="pass resume_step=step * batch_size with the step of your checkpoint",
                 )
             )
         self.tuning = tuning or StreamTuning()
@@ -453,6 +462,8 @@ class ChunkedEpisodeDataset(IterableDataset):
         b = self.batch_size
         cur = [mine[r] for r in range(wp)]
         ids = [topo.stream_id(self.rank, r) for r in range(wp)]
+        positions = {g: (c.epoch, c.position) for c, g in zip(cur, ids, strict=True)}
+        check_positions(layout, positions, topo)
         if self.infinite:
             done = [
                 layout.frames_done(c.epoch, g, c.position) // b
@@ -507,7 +518,8 @@ class ChunkedEpisodeDataset(IterableDataset):
             ep = self.meta.episode(e)
             ref = ep.videos[cam]
             if ref.path not in times:
-                times[ref.path] = VideoReader(self.meta.root / ref.path, episode=e).keyframe_times()
+                path = inside_root(self.meta.root, ref.path, episode=e)
+                times[ref.path] = VideoReader(path, episode=e).keyframe_times()
             fps = self.meta.fps
             cuts[e] = sorted(
                 {

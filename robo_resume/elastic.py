@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +59,7 @@ __all__ = [
     "Layout",
     "Level",
     "Remainder",
+    "check_positions",
     "leftover",
     "replan",
     "split_segments",
@@ -337,6 +338,28 @@ def _check_cursors(level: Level) -> dict[int, tuple[int, int]]:
     return have
 
 
+def check_positions(
+    layout: Layout, cursors: Mapping[int, tuple[int, int]], topology: Topology
+) -> None:
+    """Refuse a cursor past the end of its stream-epoch (``position > length``): it would make
+    the rest of the interrupted epoch vanish silently. ``cursors``: stream id -> (epoch, position).
+    """
+    wp = topology.workers_per_rank
+    for g, (e, p) in sorted(cursors.items()):
+        n = layout.length(e, g)
+        if p > n:
+            raise ResumeStateError(
+                describe(
+                    "A resume state's cursor stands past the end of its stream",
+                    expected=f"position <= {n} (the frames rank {g // wp}, role {g % wp} emits "
+                    f"in epoch {e} with this plan)",
+                    found=f"position {p}",
+                    fix="pass the unmodified state of a run over the same dataset, episodes, "
+                    "chunk_frames and batch size (CursorTracker.state_dict())",
+                )
+            )
+
+
 def build_layout(
     chunks: Sequence[Chunk],
     config: ScheduleConfig,
@@ -349,7 +372,9 @@ def build_layout(
     if top.epoch is None or len(levels) == 1:
         return Layout(Schedule(chunks, _config(config, top.batch_size), top.topology))
     below = build_layout(chunks, config, levels[:-1], infinite=infinite)
-    segs = leftover(below, _check_cursors(levels[-2]), top.epoch)
+    have = _check_cursors(levels[-2])
+    check_positions(below, have, levels[-2].topology)
+    segs = leftover(below, have, top.epoch)
     return _remainder_layout(chunks, config, segs, levels[-2], top, len(levels) - 1, infinite)
 
 
@@ -429,6 +454,7 @@ def replan(
     old = chain[-1]
     below = build_layout(chunks, config, chain, infinite=infinite)
     have = _check_cursors(old)
+    check_positions(below, have, old.topology)
     x = max(e for e, _ in have.values())
     cursors = {g: have[g] for g in range(old.topology.num_streams)}
     # Trim the chain: keep the old run's own origin only while a stream is in its remainder.

@@ -24,6 +24,7 @@ import torch
 from .errors import DatasetFormatError, MetadataMismatchError, describe
 from .format.metadata import DatasetMeta, EpisodeInfo
 from .format.tabular import ParquetTable
+from .format.validate import inside_root
 from .format.video import VideoReader
 
 __all__ = ["EpisodeRangeReader", "ItemBuilder", "ItemOptions", "unbind"]
@@ -276,7 +277,7 @@ class ItemBuilder:
         t = self._tables.get(ep.data_path)
         if t is None:
             t = ParquetTable(
-                self.meta.root / ep.data_path,
+                inside_root(self.meta.root, ep.data_path, episode=ep.episode_index),
                 fps=self.meta.fps if self.meta.camera_keys else None,
                 tolerance_s=self.options.tolerance_s,
                 features=self.meta.features,
@@ -312,7 +313,7 @@ class ItemBuilder:
                 best = (key, r)
         if best is None:
             return VideoReader(
-                path,
+                inside_root(self.meta.root, path.relative_to(self.meta.root), episode=episode),
                 threads=self.decoder_threads,
                 cache_frames=cache_frames,
                 episode=episode,
@@ -322,13 +323,52 @@ class ItemBuilder:
         return reader
 
     def check_video(self, camera: str, reader: VideoReader) -> None:
-        """Compare a video file with info.json once per file (size, fps)."""
+        """Compare a video file with info.json (size, fps) and with the episode metadata (where
+        each episode starts), once per file."""
         key = str(reader.path)
         if key not in self._videos_checked:
-            self.meta.check_video_stream(
-                camera, reader.info(), file=reader.path, episode=reader.episode
-            )
+            info = reader.info()
+            self.meta.check_video_stream(camera, info, file=reader.path, episode=reader.episode)
+            self._check_video_starts(camera, reader, info)
             self._videos_checked.add(key)
+
+    def _check_video_starts(self, camera: str, reader: VideoReader, info: Any) -> None:
+        """Each episode of a shared mp4 starts at the frame after the episodes before it.
+
+        Episodes are concatenated in one mp4 in time order, so the episode at ``from_timestamp``
+        ``f`` starts at frame ``round((f - t0) * fps)`` (``t0``: the container's first frame
+        time), which must equal the summed lengths of the episodes before it in the file. A
+        ``from_timestamp`` off by whole frames still finds frames (the neighbours), silently;
+        this catches it from the metadata and the container header alone, with no decoding.
+        """
+        rel = reader.path.relative_to(self.meta.root).as_posix()
+        members = sorted(
+            (e.videos[camera].from_timestamp, e.episode_index, e.length)
+            for e in self.meta.episodes
+            if camera in e.videos and e.videos[camera].path == rel
+        )
+        fps = float(info.fps or self.meta.fps)
+        t0 = reader.start_time()
+        start = 0
+        for from_ts, episode, length in members:
+            at = (from_ts - t0) * fps
+            if abs(at - start) > 0.5:
+                raise MetadataMismatchError(
+                    describe(
+                        f"An episode's from_timestamp for '{camera}' does not point at its first "
+                        "frame in the video",
+                        expected=f"from_timestamp {t0 + start / fps:.6f} (frame {start} of the "
+                        "file: the summed lengths of the episodes before it in this mp4)",
+                        found=f"from_timestamp {from_ts:.6f} (frame {at:.2f})",
+                        file=reader.path,
+                        episode=episode,
+                        frame=0,
+                        fix="every frame of the episode would be read from another time; set "
+                        f"videos/{camera}/from_timestamp in meta/episodes to the episode's "
+                        "start in the mp4, or download meta/ again",
+                    )
+                )
+            start += length
 
     def map_cameras(self, fn: Callable[[str], Any], cameras: Sequence[str]) -> list[Any]:
         """``[fn(cam) for cam in cameras]``, on ``camera_threads`` threads when above 1.
@@ -493,7 +533,24 @@ class EpisodeRangeReader:
 
     def _check_rows(self, path) -> None:
         ep = self.ep
+        tasks = self.rows.get("task_index")
+        if tasks is not None:
+            bad = np.flatnonzero((tasks < 0) | (tasks >= len(self.builder.meta.tasks)))
+            if bad.size:
+                k = int(bad[0])
+                raise MetadataMismatchError(
+                    describe(
+                        "The data file's 'task_index' names a task that meta/ does not have",
+                        expected=f"task_index in [0, {len(self.builder.meta.tasks)})",
+                        found=f"task_index={int(tasks[k])}",
+                        file=path,
+                        episode=ep.episode_index,
+                        frame=self.lo + k,
+                        fix="the dataset is inconsistent; download it again or rebuild meta/",
+                    )
+                )
         for col, expected in (
+            ("episode_index", np.full(self.hi - self.lo, ep.episode_index)),
             ("index", np.arange(ep.dataset_from_index + self.lo, ep.dataset_from_index + self.hi)),
             ("frame_index", np.arange(self.lo, self.hi)),
         ):

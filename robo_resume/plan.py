@@ -13,7 +13,13 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Chunk", "EpisodeSpan", "make_chunks", "plan_fingerprint"]
+from .errors import DatasetFormatError, describe
+
+__all__ = ["MAX_PLAN_CHUNKS", "Chunk", "EpisodeSpan", "make_chunks", "plan_fingerprint"]
+
+MAX_PLAN_CHUNKS = 2**26
+"""Most chunks a plan may hold (one small object each: about 10 GB at the limit). The count is
+computed from the lengths before anything is allocated, so a plan beyond it fails at once."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,19 @@ def make_chunks(
     """
     if not isinstance(chunk_frames, int) or chunk_frames < 1:
         raise ValueError(f"chunk_frames must be a positive int; found {chunk_frames!r}")
+    count = sum(-(-max(ep.length, 0) // chunk_frames) for ep in episodes)  # at least this many
+    if count > MAX_PLAN_CHUNKS:
+        longest = max(episodes, key=lambda ep: ep.length)
+        raise DatasetFormatError(
+            describe(
+                "The plan would be too large to hold",
+                expected=f"at most {MAX_PLAN_CHUNKS} chunks",
+                found=f"at least {count} chunks (episode lengths / chunk_frames={chunk_frames}; "
+                f"the longest episode has {longest.length} frames)",
+                episode=longest.episode_index,
+                fix="check the episode lengths in meta/ (a damaged length?), or raise chunk_frames",
+            )
+        )
     chunks: list[Chunk] = []
     for ep in episodes:
         if ep.length <= 0:

@@ -40,6 +40,8 @@ from .elastic import Level
 from .errors import ResumeStateError, describe
 
 __all__ = [
+    "MAX_STATE_INT",
+    "MAX_WORKERS",
     "STATE_FORMAT",
     "STATE_VERSION",
     "ResumeState",
@@ -55,6 +57,14 @@ STATE_VERSION = 3
 
 UNKNOWN_LIBRARY_VERSION = "unknown"
 """``library_version`` of a state migrated from format version 1 (which did not record it)."""
+
+MAX_WORKERS = 128
+"""Most DataLoader workers per rank a stream table holds (and a resume state may name)."""
+
+MAX_STATE_INT = 2**53
+"""Largest epoch, position, batch count or rank a state may hold: exact in JSON and float64,
+and far from int64's limit, so arithmetic on it (epochs x batches, shared int64 tables) cannot
+overflow."""
 
 _KEYS = ("fingerprint", "world_size", "num_workers", "batches", "cursors")
 
@@ -89,14 +99,30 @@ def library_version() -> str:
     return str(getattr(robo_resume, "__version__", UNKNOWN_LIBRARY_VERSION))
 
 
-def _int(name: str, value: Any, *, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+def _int(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_STATE_INT) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise ResumeStateError(
             describe(
                 f"Invalid resume state field '{name}'",
-                expected=f"an int >= {minimum}",
+                expected=f"an int >= {minimum} and <= {maximum}",
                 found=repr(value)[:80],
                 fix="pass the unmodified dict from CursorTracker.state_dict() or load_state()",
+            )
+        )
+    return value
+
+
+def _workers(name: str, value: Any) -> int:
+    """A worker count: an int in ``[0, MAX_WORKERS]``, the limit named in the message."""
+    _int(name, value)
+    if value > MAX_WORKERS:
+        raise ResumeStateError(
+            describe(
+                f"The resume state's '{name}' is above the limit of workers per rank",
+                expected=f"at most {MAX_WORKERS} DataLoader workers per rank (MAX_WORKERS)",
+                found=f"{name}={value}",
+                fix="pass the unmodified dict from CursorTracker.state_dict(); no run can have "
+                f"used more than {MAX_WORKERS} workers per rank",
             )
         )
     return value
@@ -114,12 +140,13 @@ class StreamCursor:
     def __post_init__(self) -> None:
         for name in ("rank", "role", "epoch", "position"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_STATE_INT:
                 raise ResumeStateError(
                     describe(
                         f"Invalid stream cursor field '{name}'",
-                        expected="a non-negative int",
-                        found=repr(v),
+                        expected=f"an int in [0, {MAX_STATE_INT}]",
+                        found=repr(v)[:80],
+                        fix="pass the unmodified dict from CursorTracker.state_dict()",
                     )
                 )
 
@@ -188,7 +215,7 @@ class ResumeState:
                 )
             )
         _int("world_size", self.world_size, minimum=1)
-        _int("num_workers", self.num_workers)
+        _workers("num_workers", self.num_workers)
         _int("batches", self.batches)
         streams = max(self.num_workers, 1)
         seen: set[tuple[int, int]] = set()
@@ -321,7 +348,7 @@ class ResumeState:
             if not isinstance(data["fingerprint"], Mapping)
             else dict(data["fingerprint"]),
             world_size=_int("world_size", data["world_size"], minimum=1),
-            num_workers=_int("num_workers", data["num_workers"]),
+            num_workers=_workers("num_workers", data["num_workers"]),
             batches=_int("batches", data["batches"]),
             cursors=tuple(StreamCursor(*c) for c in cursors),
             library_version=lib,
@@ -507,10 +534,10 @@ def _elastic(value: Any) -> dict[str, Any]:
         if not isinstance(lv, Mapping):
             raise bad("a level that is not a dict")
         try:
-            cursors = tuple(tuple(int(x) for x in c) for c in lv["cursors"])
+            cursors = tuple(tuple(_int("elastic.cursor", x) for x in c) for c in lv["cursors"])
             level = Level(
                 _int("elastic.world_size", lv["world_size"], minimum=1),
-                _int("elastic.num_workers", lv["num_workers"]),
+                _workers("elastic.num_workers", lv["num_workers"]),
                 _int("elastic.batch_size", lv["batch_size"], minimum=1),
                 cursors,
                 None if lv["epoch"] is None else _int("elastic.epoch", lv["epoch"]),

@@ -163,3 +163,40 @@ def test_unknown_delta_key(factory):
     root = factory().root
     with pytest.raises(DatasetFormatError, match=r"unknown feature 'actions'.*Fix"):
         LeRobotReader(root, delta_timestamps={"actions": [0.0]})
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_huge_length_everywhere_is_refused_quickly(copy, version):
+    """10^12 frames in the episode metadata and in info.json's total_frames: no planning loop."""
+    root = copy(version=version, episode_lengths=(5, 7))
+    huge = 10**12
+    if version == "v3.0":
+        path = next((root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+        df = pd.read_parquet(path)
+        df.loc[df["episode_index"] == 1, ["length", "dataset_to_index"]] = [huge, 5 + huge]
+        df.to_parquet(path)
+    else:
+        path = root / "meta" / "episodes.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        rows[1]["length"] = huge
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    edit_info(root, total_frames=5 + huge)
+    for make in (load_metadata, LeRobotReader, lambda r: ChunkedEpisodeDataset(r, batch_size=4)):
+        with pytest.raises(
+            DatasetFormatError, match=r"impossibly long.*Found length 1000000000000.*episode 1"
+        ):
+            make(root)
+
+
+@pytest.mark.timeout(10)
+def test_plan_size_is_bounded_before_allocating():
+    from robo_resume.plan import MAX_PLAN_CHUNKS, EpisodeSpan, make_chunks
+
+    spans = [EpisodeSpan(e, e * 2**27, 2**27) for e in range(4)]
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"plan would be too large.*at most {MAX_PLAN_CHUNKS} chunks.*at least "
+        rf"{4 * 2**27} chunks.*episode 0.*Fix: check the episode lengths",
+    ):
+        make_chunks(spans, 1)

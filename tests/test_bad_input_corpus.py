@@ -118,6 +118,13 @@ def edit_episodes(root: Path, episode: int, **values) -> None:
     df.to_parquet(p)
 
 
+def edit_episodes_column(root: Path, name: str, fn) -> None:
+    p = root / EPISODES
+    df = pd.read_parquet(p)
+    df[name] = fn(df[name])
+    df.to_parquet(p)
+
+
 def edit_jsonl(path: Path, fn) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     path.write_text("".join(json.dumps(r) + "\n" for r in fn(rows)))
@@ -208,6 +215,51 @@ def extra_camera(root: Path) -> None:
     info = json.loads((root / "meta" / "info.json").read_text())
     info["features"]["observation.images.cam9"] = dict(info["features"][CAM])
     (root / "meta" / "info.json").write_text(json.dumps(info))
+
+
+def resolution_change(path: Path, at: int) -> None:
+    """Re-encode an mp4 so that its frames from ``at`` on are twice as big (the stream header
+    keeps the first size; h264 with in-band parameter sets, as a spliced recording has)."""
+    import av
+
+    with av.open(str(path)) as src:
+        vs = src.streams.video[0]
+        rate = vs.average_rate
+        frames = [f.to_ndarray(format="rgb24") for f in src.decode(vs)]
+    parts = []
+    for k, (lo, hi, scale) in enumerate(((0, at, 1), (at, len(frames), 2))):
+        part = path.with_suffix(f".part{k}.mp4")
+        with av.open(str(part), "w") as out:
+            s = out.add_stream("libx264", rate=rate)
+            h, w = frames[0].shape[:2]
+            s.width, s.height, s.pix_fmt = w * scale, h * scale, "yuv420p"
+            s.options = {"x264-params": "repeat-headers=1:keyint=4:scenecut=0"}
+            for i in range(lo, hi):
+                img = np.kron(frames[i], np.ones((scale, scale, 1), dtype=np.uint8))
+                f = av.VideoFrame.from_ndarray(img, format="rgb24")
+                f.pts = i - lo
+                out.mux(s.encode(f))
+            out.mux(s.encode())
+        parts.append((part, lo))
+    with av.open(str(parts[0][0])) as first, av.open(str(path), "w") as out:
+        stream = out.add_stream_from_template(first.streams.video[0])
+        for part, lo in parts:
+            with av.open(str(part)) as src:
+                vs = src.streams.video[0]
+                shift = round(lo / rate / vs.time_base)
+                for packet in src.demux(vs):
+                    if packet.dts is None:
+                        continue
+                    packet.pts += shift
+                    packet.dts += shift
+                    packet.stream = stream
+                    out.mux(packet)
+            part.unlink()
+
+
+def set_rows(path: Path, name: str, fn) -> None:
+    """Replace column ``name`` of a data file with ``fn(values as a Python list)``."""
+    set_column(path, name, fn(read_table(path).column(name).to_pylist()))
 
 
 def copy_from(donor: str, rel: str = VIDEO0) -> Callable:
@@ -418,7 +470,151 @@ CASES = [
         2,
         stream_match=rf"'index' column disagrees.*{_f(DATA1)}, episode 2, frame \d+\..*Fix",
     ),
+    Case(
+        "mp4_resolution_changes_mid_stream",
+        _no_donor(lambda r: resolution_change(r / VIDEO0, 16)),
+        MetadataMismatchError,
+        rf"changes its frame size mid-stream.*Expected every frame 48x64.*Found a 96x128 frame at "
+        rf"1\.6000s.*{_f(VIDEO0)}, episode 1.*Fix: re-encode",
+        "read",
+        1,
+        first_batch=False,
+        stream_match=rf"frame size mid-stream.*{_f(VIDEO0)}, episode 1.*Fix",
+    ),
+    Case(
+        "from_timestamp_one_frame_late",
+        _no_donor(lambda r: edit_episodes(r, 1, **{f"videos/{CAM}/from_timestamp": 1.3})),
+        MetadataMismatchError,
+        rf"from_timestamp for '{re.escape(CAM)}' does not point at its first frame.*"
+        rf"Expected from_timestamp 1\.200000 \(frame 12.*Found from_timestamp 1\.300000.*"
+        rf"{_f(VIDEO0)}, episode 1, frame 0.*Fix",
+        "read",
+        1,
+        wired="video",
+    ),
+    # ---- rows that disagree with the metadata
+    Case(
+        "episode_index_names_another_episode",
+        _no_donor(lambda r: set_rows(r / DATA1, "episode_index", lambda v: [1] * len(v))),
+        MetadataMismatchError,
+        rf"'episode_index' column disagrees.*Expected episode_index=2.*Found episode_index=1.*"
+        rf"{_f(DATA1)}, episode 2, frame 0.*Fix",
+        "read",
+        2,
+        stream_match=rf"'episode_index' column disagrees.*{_f(DATA1)}, episode 2, frame \d+.*Fix",
+    ),
+    Case(
+        "feature_shape_disagrees_with_info",
+        _no_donor(
+            lambda r: edit_info(
+                r,
+                features={
+                    **json.loads((r / "meta/info.json").read_text())["features"],
+                    "observation.state": {"dtype": "float32", "shape": [7], "names": None},
+                },
+            )
+        ),
+        MetadataMismatchError,
+        rf"column 'observation\.state' has another shape.*Expected 7 values per row.*"
+        rf"Found 4 values per row.*{_f(DATA0)}, episode 0.*Fix",
+        "read",
+        0,
+        stream_match=rf"'observation\.state' has another shape.*{_f(DATA0)}, episode [01]",
+    ),
+    Case(
+        "null_in_feature_column",
+        _no_donor(
+            lambda r: set_rows(
+                r / DATA1,
+                "observation.state",
+                lambda v: [None if i == 3 else x for i, x in enumerate(v)],
+            )
+        ),
+        CorruptFileError,
+        rf"column 'observation\.state' holds nulls.*first at row 3.*{_f(DATA1)}, episode 2.*Fix",
+        "read",
+        2,
+    ),
+    Case(
+        "task_index_without_task",
+        _no_donor(lambda r: set_rows(r / DATA1, "task_index", lambda v: [7] * len(v))),
+        MetadataMismatchError,
+        rf"'task_index' names a task.*Expected task_index in \[0, 2\).*Found task_index=7.*"
+        rf"{_f(DATA1)}, episode 2, frame 0.*Fix",
+        "read",
+        2,
+        stream_match=rf"'task_index' names a task.*{_f(DATA1)}, episode 2, frame \d+.*Fix",
+    ),
     # ---- metadata
+    Case(
+        "meta_length_huge",
+        _no_donor(lambda r: edit_episodes(r, 1, length=10**12, dataset_to_index=12 + 10**12)),
+        DatasetFormatError,
+        r"impossibly long.*length <= 134217728.*Found length 1000000000000.*episode 1.*Fix",
+        "load",
+    ),
+    Case(
+        "meta_length_disagrees_with_total_frames",
+        _no_donor(lambda r: edit_episodes(r, 2, length=16, dataset_to_index=37)),
+        MetadataMismatchError,
+        r"disagree with meta/info\.json's total_frames.*Expected lengths summing to "
+        r"total_frames=36.*Found lengths summing to 37.*meta.*Fix",
+        "load",
+    ),
+    Case(
+        "meta_from_index_not_contiguous",
+        _no_donor(lambda r: edit_episodes(r, 2, dataset_from_index=22, dataset_to_index=37)),
+        MetadataMismatchError,
+        r"index ranges are not contiguous.*Expected dataset_from_index 21.*"
+        r"Found dataset_from_index 22.*episode 2.*Fix",
+        "load",
+    ),
+    Case(
+        "meta_nan_from_timestamp",
+        _no_donor(lambda r: edit_episodes(r, 1, **{f"videos/{CAM}/from_timestamp": np.nan})),
+        DatasetFormatError,
+        rf"column 'videos/{re.escape(CAM)}/from_timestamp' holds an invalid value.*finite.*"
+        rf"nan in row 1.*{_f(EPISODES)}, episode 1.*Fix",
+        "load",
+    ),
+    Case(
+        "meta_nan_in_integer_column",
+        _no_donor(lambda r: edit_episodes(r, 2, dataset_from_index=np.nan)),
+        DatasetFormatError,
+        rf"column 'dataset_from_index' holds an invalid value.*integers.*nan in row 2.*"
+        rf"{_f(EPISODES)}, episode 2.*Fix",
+        "load",
+    ),
+    Case(
+        "meta_text_in_integer_column",
+        _no_donor(lambda r: edit_episodes_column(r, "length", lambda c: c.astype(str))),
+        DatasetFormatError,
+        rf"column 'length' holds an invalid value.*integers.*'12' in row 0.*{_f(EPISODES)}, "
+        r"episode 0.*Fix",
+        "load",
+    ),
+    Case(
+        "data_path_attribute_placeholder",
+        _no_donor(lambda r: edit_info(r, data_path="data/{chunk_index.nope}/{file_index}.parquet")),
+        DatasetFormatError,
+        r"data template cannot be filled.*chunk_index\.nope.*info\.json, episode 0.*Fix",
+        "load",
+    ),
+    Case(
+        "feature_given_as_list",
+        _no_donor(
+            lambda r: edit_info(
+                r,
+                features={
+                    **json.loads((r / "meta/info.json").read_text())["features"],
+                    "action": ["float32", [3]],
+                },
+            )
+        ),
+        DatasetFormatError,
+        r"feature 'action' is malformed.*Found a list.*info\.json.*Fix",
+        "load",
+    ),
     Case(
         "meta_info_missing",
         _no_donor(lambda r: (r / "meta/info.json").unlink()),
@@ -541,6 +737,42 @@ CASES = [
         _no_donor(lambda r: edit_jsonl(r / "meta/episodes.jsonl", lambda rows: [*rows, rows[1]])),
         DatasetFormatError,
         r"appears twice.*episode_index 1 twice.*episode 1.*Fix",
+        "load",
+        version="v2.1",
+    ),
+    Case(
+        "v21_without_video_path",
+        _no_donor(lambda r: edit_info(r, video_path=None)),
+        DatasetFormatError,
+        r"declares video features but no video_path.*observation\.images\.cam0.*info\.json.*Fix",
+        "load",
+        version="v2.1",
+    ),
+    Case(
+        "v21_text_length",
+        _no_donor(
+            lambda r: edit_jsonl(
+                r / "meta/episodes.jsonl",
+                lambda rows: [{**x, "length": "9"} if x["episode_index"] == 1 else x for x in rows],
+            )
+        ),
+        DatasetFormatError,
+        r"column 'length' holds an invalid value.*'9' in row 1.*episodes\.jsonl, episode 1.*Fix",
+        "load",
+        version="v2.1",
+    ),
+    Case(
+        "v21_length_huge",
+        _no_donor(
+            lambda r: edit_jsonl(
+                r / "meta/episodes.jsonl",
+                lambda rows: [
+                    {**x, "length": 10**12} if x["episode_index"] == 1 else x for x in rows
+                ],
+            )
+        ),
+        DatasetFormatError,
+        r"impossibly long.*Found length 1000000000000.*episode 1.*Fix",
         "load",
         version="v2.1",
     ),

@@ -31,6 +31,14 @@ from ..errors import (
     describe,
 )
 from .features import check_features
+from .validate import (
+    check_agreement,
+    check_feature_specs,
+    float_values,
+    inside_root,
+    int_values,
+    task_list,
+)
 
 __all__ = ["SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo", "VideoRef", "load_metadata"]
 
@@ -298,7 +306,7 @@ def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
 def _format_path(template: str, root: Path, *, what: str, episode: int, **fields: Any) -> str:
     try:
         rel = template.format(**fields)
-    except (KeyError, IndexError, ValueError) as exc:
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
         raise DatasetFormatError(
             describe(
                 f"meta/info.json's {what} template cannot be filled",
@@ -314,6 +322,16 @@ def _format_path(template: str, root: Path, *, what: str, episode: int, **fields
 
 def _load_info(root: Path) -> dict[str, Any]:
     info_path = root / "meta" / "info.json"
+    if root.exists() and not root.is_dir():
+        raise DatasetFormatError(
+            describe(
+                "The dataset root is a file, not a folder",
+                expected="a folder holding meta/info.json",
+                found=f"a file of {root.stat().st_size} bytes at {root}",
+                file=root,
+                fix="pass the folder of a LeRobot dataset (v3.0 or v2.1) as root, not a file in it",
+            )
+        )
     if not root.is_dir():
         raise MissingFileError(
             describe(
@@ -324,6 +342,8 @@ def _load_info(root: Path) -> dict[str, Any]:
                 fix="pass the folder of a LeRobot dataset (v3.0 or v2.1) as root",
             )
         )
+    for entry in sorted((root / "meta").rglob("*")) if (root / "meta").is_dir() else ():
+        inside_root(root, entry.relative_to(root))  # links out of the dataset are refused
     info = _read_json(info_path)
     if not isinstance(info, dict):
         raise DatasetFormatError(
@@ -382,6 +402,7 @@ def _load_info(root: Path) -> dict[str, Any]:
                 fix="restore meta/info.json from the published dataset",
             )
         )
+    check_feature_specs(info["features"], info_path)
     check_features(info["features"], info_path)  # depth maps, language columns
     return info
 
@@ -415,6 +436,13 @@ def load_metadata(root: str | Path) -> DatasetMeta:
             )
         )
     _check_unique(root, episodes)
+    check_agreement(
+        root,
+        info,
+        np.fromiter((e.episode_index for e in episodes), np.int64, len(episodes)),
+        np.fromiter((e.length for e in episodes), np.int64, len(episodes)),
+        np.fromiter((e.dataset_from_index for e in episodes), np.int64, len(episodes)),
+    )
     for ep in episodes:
         if ep.length <= 0:
             raise DatasetFormatError(
@@ -510,7 +538,19 @@ def _load_v30(
                 )
             )
         cols = need + [c for c in ("tasks", "dataset_to_index") if c in schema.names]
-        frames.append(pd.read_parquet(f, columns=cols))
+        try:
+            table = pd.read_parquet(f, columns=cols)
+        except Exception as exc:  # a readable footer over damaged pages
+            raise CorruptFileError(
+                describe(
+                    "An episode metadata parquet file cannot be read",
+                    expected="a valid parquet file",
+                    found=f"{type(exc).__name__}: {exc}",
+                    file=f,
+                    fix="download the dataset's meta/ folder again",
+                )
+            ) from exc
+        frames.append(_typed_episodes(table, f, camera_keys))
     df = pd.concat(frames, ignore_index=True).sort_values("episode_index", kind="stable")
     if "dataset_to_index" in df.columns and not df["dataset_to_index"].isna().any():
         spans = df["dataset_to_index"].to_numpy() - df["dataset_from_index"].to_numpy()
@@ -594,7 +634,6 @@ def _load_v30(
                 from_timestamp=float(r[f"videos/{cam}/from_timestamp"]),
                 to_timestamp=float(r[f"videos/{cam}/to_timestamp"]),
             )
-        tasks = r.get("tasks")
         episodes.append(
             EpisodeInfo(
                 episode_index=ep,
@@ -602,7 +641,7 @@ def _load_v30(
                 dataset_from_index=int(r["dataset_from_index"]),
                 data_path=r["_data_path"],
                 data_row_start=r["_row_start"],
-                tasks=tuple(str(t) for t in tasks) if tasks is not None else (),
+                tasks=r.get("tasks") or (),
                 videos=videos,
             )
         )
@@ -633,10 +672,49 @@ def _load_v30(
             )
         )
     task_strings = tdf.index if "task" not in tdf.columns else tdf["task"]
-    tasks = _tasks_tuple(
-        zip(tdf["task_index"].astype(int), (str(s) for s in task_strings), strict=True), tasks_path
-    )
+    index = int_values(tdf["task_index"].to_numpy(), "task_index", file=tasks_path)
+    pairs = zip(index.tolist(), (str(s) for s in task_strings), strict=True)
+    tasks = _tasks_tuple(pairs, tasks_path)
     return episodes, tasks
+
+
+def _typed_episodes(df: Any, file: Path, camera_keys: tuple[str, ...]) -> Any:
+    """One episode metadata file's columns, validated and typed (see :mod:`.validate`)."""
+    ep = int_values(df["episode_index"].to_numpy(), "episode_index", file=file)
+    typed: dict[str, Any] = {"episode_index": ep}
+    ints = ["length", "dataset_from_index", "data/chunk_index", "data/file_index"]
+    floats = []
+    for cam in camera_keys:
+        ints += [f"videos/{cam}/chunk_index", f"videos/{cam}/file_index"]
+        floats += [f"videos/{cam}/from_timestamp", f"videos/{cam}/to_timestamp"]
+    if "dataset_to_index" in df.columns:
+        ints.append("dataset_to_index")
+    for c in ints:
+        typed[c] = int_values(df[c].to_numpy(), c, file=file, episodes=ep)
+    for c in floats:
+        typed[c] = float_values(df[c].to_numpy(), c, file=file, episodes=ep)
+    if "tasks" in df.columns:
+        typed["tasks"] = [
+            task_list(t, file=file, episode=int(ep[k]), row=k)
+            for k, t in enumerate(df["tasks"].tolist())
+        ]
+    out = df.assign(**typed)
+    bad = np.flatnonzero(out[floats[1::2]].to_numpy() < out[floats[0::2]].to_numpy())
+    if bad.size:
+        k, j = divmod(int(bad[0]), max(len(camera_keys), 1))
+        cam = camera_keys[j]
+        raise DatasetFormatError(
+            describe(
+                f"Episode metadata's video span of '{cam}' ends before it starts",
+                expected=f"videos/{cam}/to_timestamp >= from_timestamp",
+                found=f"from_timestamp {typed[floats[2 * j]][k]}, to_timestamp "
+                f"{typed[floats[2 * j + 1]][k]} in row {k}",
+                file=file,
+                episode=int(ep[k]),
+                fix="download the dataset's meta/ folder again",
+            )
+        )
+    return out
 
 
 def _tasks_tuple(pairs: Any, path: Path) -> tuple[str, ...]:
@@ -659,10 +737,31 @@ def _load_v21(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
 ) -> tuple[list[EpisodeInfo], tuple[str, ...]]:
     ep_path = root / "meta" / "episodes.jsonl"
-    rows = sorted(_read_jsonl(ep_path), key=lambda r: int(r.get("episode_index", -1)))
-    chunks_size = int(info.get("chunks_size", 1000))
+    rows = _typed_jsonl_episodes(_read_jsonl(ep_path), ep_path)
+    chunks_size = info.get("chunks_size", 1000)
+    if not isinstance(chunks_size, int) or isinstance(chunks_size, bool) or chunks_size < 1:
+        raise DatasetFormatError(
+            describe(
+                "meta/info.json has an invalid chunks_size",
+                expected="a positive int (episodes per chunk folder, 1000 in lerobot)",
+                found=repr(chunks_size)[:80],
+                file=root / "meta" / "info.json",
+                fix="restore meta/info.json from the published dataset",
+            )
+        )
     data_tpl = info.get("data_path")
     video_tpl = info.get("video_path")
+    if camera_keys and not video_tpl:
+        raise DatasetFormatError(
+            describe(
+                "meta/info.json declares video features but no video_path template",
+                expected='"video_path": '
+                '"videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"',
+                found=f"video features {list(camera_keys)} and no video_path",
+                file=root / "meta" / "info.json",
+                fix="restore meta/info.json from the published dataset",
+            )
+        )
     if not data_tpl:
         raise DatasetFormatError(
             describe(
@@ -676,23 +775,13 @@ def _load_v21(
     episodes = []
     start = 0
     for r in rows:
-        if "episode_index" not in r or "length" not in r:
-            raise DatasetFormatError(
-                describe(
-                    "An entry of meta/episodes.jsonl lacks episode_index or length",
-                    expected='{"episode_index": int, "tasks": [...], "length": int}',
-                    found=r,
-                    file=ep_path,
-                    fix="download the dataset's meta/ folder again",
-                )
-            )
         ep = int(r["episode_index"])
         length = int(r["length"])
         chunk = ep // chunks_size
         videos = {}
         for cam in camera_keys:
             rel = _format_path(
-                video_tpl or "",
+                video_tpl,
                 root,
                 what="video",
                 episode=ep,
@@ -710,7 +799,7 @@ def _load_v21(
                     data_tpl, root, what="data", episode=ep, episode_chunk=chunk, episode_index=ep
                 ),
                 data_row_start=0,
-                tasks=tuple(str(t) for t in r.get("tasks", ())),
+                tasks=r["tasks"],
                 videos=videos,
             )
         )
@@ -728,5 +817,34 @@ def _load_v21(
                 fix="download the dataset's meta/ folder again",
             )
         )
-    tasks = _tasks_tuple(((int(t["task_index"]), str(t["task"])) for t in trows), tasks_path)
+    index = int_values([t["task_index"] for t in trows], "task_index", file=tasks_path)
+    pairs = zip(index.tolist(), (str(t["task"]) for t in trows), strict=True)
+    tasks = _tasks_tuple(pairs, tasks_path)
     return episodes, tasks
+
+
+def _typed_jsonl_episodes(rows: list[Any], path: Path) -> list[dict[str, Any]]:
+    """meta/episodes.jsonl entries with int episode_index and length and a tasks tuple, sorted
+    by episode_index (see :mod:`.validate`)."""
+    for k, r in enumerate(rows):
+        if not isinstance(r, dict) or "episode_index" not in r or "length" not in r:
+            raise DatasetFormatError(
+                describe(
+                    f"Line {k + 1} of meta/episodes.jsonl lacks episode_index or length",
+                    expected='{"episode_index": int, "tasks": [...], "length": int}',
+                    found=repr(r)[:160],
+                    file=path,
+                    fix="download the dataset's meta/ folder again",
+                )
+            )
+    ep = int_values([r["episode_index"] for r in rows], "episode_index", file=path)
+    length = int_values([r["length"] for r in rows], "length", file=path, episodes=ep)
+    typed = [
+        {
+            "episode_index": int(ep[k]),
+            "length": int(length[k]),
+            "tasks": task_list(r.get("tasks"), file=path, episode=int(ep[k]), row=k),
+        }
+        for k, r in enumerate(rows)
+    ]
+    return sorted(typed, key=lambda r: r["episode_index"])

@@ -216,10 +216,52 @@ class ParquetTable:
             ) from exc
         base = self._rg_starts[groups[0]] if groups else 0
         table = table.slice(start - base, stop - start)
-        out = {c: column_to_numpy(table.column(c), name=c, file=self.path) for c in columns}
+        out = {}
+        for c in columns:
+            column = table.column(c)
+            if column.null_count:
+                self._refuse_nulls(c, column, episode, start)
+            out[c] = column_to_numpy(column, name=c, file=self.path)
+            self._check_shape(c, out[c], episode)
         if "timestamp" in out:
             self._check_timestamps(out, episode, start)
         return out
+
+    def _refuse_nulls(self, c: str, column, episode: int | None, start: int) -> None:
+        import pyarrow.compute as pc
+
+        k = int(np.flatnonzero(pc.is_null(column).to_numpy(zero_copy_only=False))[0])
+        raise CorruptFileError(
+            describe(
+                f"A data file's column '{c}' holds nulls",
+                expected="a value in every row (lerobot fails on nulls too)",
+                found=f"{column.null_count} null rows, the first at row {start + k}",
+                file=self.path,
+                episode=episode,
+                fix="the file is damaged or was written with missing values; download it again",
+            )
+        )
+
+    def _check_shape(self, c: str, values: np.ndarray, episode: int | None) -> None:
+        """Values per row equal the declared shape's size (lerobot refuses other shapes)."""
+        feature = (self.features or {}).get(c) or {}
+        shape = feature.get("shape")
+        if _declared_kind(feature.get("dtype")) is None or not isinstance(shape, list | tuple):
+            return
+        want = int(np.prod(shape, dtype=np.int64))
+        got = int(np.prod(values.shape[1:], dtype=np.int64))
+        if got != want:
+            raise MetadataMismatchError(
+                describe(
+                    f"A data file's column '{c}' has another shape than meta/info.json declares",
+                    expected=f"{want} values per row (shape {list(shape)})",
+                    found=f"{got} values per row (shape {list(values.shape[1:])})",
+                    file=self.path,
+                    episode=episode,
+                    fix=f"set the shape of '{c}' in meta/info.json to the data's, or rewrite "
+                    "the column; lerobot refuses this dataset too",
+                )
+            )
 
     def _check_types(self, columns: Sequence[str], episode: int | None) -> None:
         """Refuse non-numeric columns, and kinds that contradict info.json (once per column)."""

@@ -22,7 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptFileError, MissingFileError, VideoDecodeError, describe
+from ..errors import (
+    CorruptFileError,
+    MetadataMismatchError,
+    MissingFileError,
+    VideoDecodeError,
+    describe,
+)
 
 __all__ = [
     "VideoReader",
@@ -112,6 +118,7 @@ class VideoReader:
         self._last_time = None  # time of the last decoded frame (seconds)
         self._cache: OrderedDict[float, np.ndarray] = OrderedDict()
         self._time_base = 0.0
+        self._size: tuple[int, int] = (0, 0)  # (width, height) of the stream's header
         self._cache_layout = False  # channels_first of the cached images
         self.seeks = 0  # number of seeks done (for tests and profiling)
         self.decoded = 0  # number of frames decoded
@@ -192,6 +199,7 @@ class VideoReader:
             )
         stream = container.streams.video[0]
         self._time_base = float(stream.time_base) if stream.time_base else 0.0
+        self._size = (stream.codec_context.width, stream.codec_context.height)
         stream.thread_type = "AUTO"
         stream.thread_count = self.threads
         self._container = container
@@ -217,6 +225,29 @@ class VideoReader:
             time_base=tb,
             num_frames=int(s.frames or 0),
             duration_s=duration,
+        )
+
+    def start_time(self) -> float:
+        """Time (s) of the stream's first frame according to the container header (no decoding)."""
+        self._open()
+        s = self._stream
+        if s.start_time is None or not s.time_base:
+            return 0.0
+        return float(s.start_time * s.time_base)
+
+    def _wrong_size(self, frame, t: float) -> None:
+        """Refuse a frame whose size differs from the stream header's (checked per frame: a
+        stream that changes resolution mid-way would otherwise return frames of another size)."""
+        w, h = self._size
+        raise MetadataMismatchError(
+            describe(
+                "A video changes its frame size mid-stream",
+                expected=f"every frame {h}x{w} (height x width, the stream header's)",
+                found=f"a {frame.height}x{frame.width} frame at {t:.4f}s",
+                file=self.path,
+                episode=self.episode,
+                fix="re-encode the video at one size (the one meta/info.json declares)",
+            )
         )
 
     def keyframe_times(self) -> list[float]:
@@ -368,6 +399,8 @@ class VideoReader:
             self._last_time = t
             if t < keep_from:
                 continue
+            if (frame.width, frame.height) != self._size and self._size[0]:
+                self._wrong_size(frame, t)
             if abs(want[pending[k]] - t) < tolerance_s:
                 if out is None:
                     h, w = frame.height, frame.width
