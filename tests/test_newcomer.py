@@ -206,3 +206,25 @@ def test_loader_len_is_this_iterations_batches(factory):
         rf"batches_per_epoch\(num_workers\) \({per_epoch} here\)",
     ):
         len(endless.dataloader(num_workers=2))
+
+
+def test_inspect_compares_codecs_not_decoders_and_lists_missing_data(factory, tmp_path, capsys):
+    src = factory(episode_lengths=(8, 6, 7), codec="av1", episodes_per_file=1).root
+    assert main(["inspect", str(src), "--json"]) == 0
+    cam = json.loads(capsys.readouterr().out)["cameras"]["observation.images.cam0"]
+    assert cam["declared_codec"] == "av1" and cam["agrees"] is True
+    assert cam["container"]["codec"] == "av1" and cam["container"]["decoder"] == "libdav1d"
+    assert main(["inspect", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "camera observation.images.cam0: av1 64x48, keyframe every 2 frames; decoder " in out
+    assert "info.json says" not in out
+    # published without data/ (meta/ and videos/ only): every missing parquet is reported
+    root = tmp_path / "ds"
+    shutil.copytree(src, root)
+    shutil.rmtree(root / "data")
+    assert main(["inspect", str(root), "--json"]) == 1
+    info = json.loads(capsys.readouterr().out)
+    assert len(info["missing_files"]) == 3 and info["readable_episodes"] == 0
+    assert all(p.startswith("data/") and p.endswith(".parquet") for p in info["missing_files"])
+    assert main(["inspect", str(root)]) == 1
+    assert "missing files: 3 (3 data): data/" in capsys.readouterr().out
