@@ -35,6 +35,7 @@ from robo_resume import (
     LeRobotReader,
     MetadataMismatchError,
     MissingFileError,
+    UnsupportedFeatureError,
     UnsupportedVersionError,
     VideoDecodeError,
     load_metadata,
@@ -907,3 +908,24 @@ def test_table_checks_on_real_data(open50):
     table = ParquetTable(open50 / ep.data_path, fps=meta.fps, features=meta.features)
     rows = table.read(0, ep.length, meta.data_columns(), episode=0)
     assert len(rows["timestamp"]) == ep.length
+
+
+@pytest.mark.parametrize(
+    ("dtype", "extra"),
+    [("image", {"shape": [48, 64, 3], "names": ["height", "width", "channels"]}), ("string", {})],
+)
+def test_image_and_string_features_are_refused_naming_the_feature(pristine, tmp_path, dtype, extra):
+    """lerobot returns them; robo_resume refuses them at load rather than leaving them out of
+    items (see the README's broken-files section)."""
+    root = tmp_path / "bad"
+    shutil.copytree(pristine, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["observation.extra"] = {"dtype": dtype, "shape": [1], **extra}
+    (root / "meta/info.json").write_text(json.dumps(info))
+    for make in (load_metadata, LeRobotReader, lambda r: ChunkedEpisodeDataset(r, batch_size=4)):
+        with pytest.raises(
+            UnsupportedFeatureError,
+            match=rf"declares a '{dtype}' feature 'observation\.extra', which robo_resume does "
+            rf"not read.*info\.json.*Fix: read this dataset with lerobot's LeRobotDataset",
+        ):
+            make(root)

@@ -402,8 +402,8 @@ def _load_info(root: Path) -> dict[str, Any]:
                 fix="restore meta/info.json from the published dataset",
             )
         )
-    check_feature_specs(info["features"], info_path)
     check_features(info["features"], info_path)  # depth maps, language columns
+    check_feature_specs(info["features"], info_path)  # shapes; image and string features
     return info
 
 
