@@ -296,11 +296,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 # -- verify -----------------------------------------------------------------------------------
 def cmd_verify(args: argparse.Namespace) -> int:
     """The overlap audit with real DataLoaders; exit 1 if robo_resume replays or loses a frame."""
-    from .audit import SCENARIOS, audit
+    from .audit import audit
 
     results = []
-    consumed: dict[str, Counter] = {s: Counter() for s in SCENARIOS}
-    full_all: Counter = Counter()
+    consumed: dict[int, dict[str, Counter]] = {}  # crash step -> scenario -> index counts
+    full_all: dict[int, Counter] = {}
     crashes = [int(x) for x in str(args.crash_at).split(",")]
     episodes = _episodes(args.episodes, args.root)
     for crash in crashes:
@@ -319,12 +319,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 world_size=args.world_size,
                 keep_order=True,
             )
-            if crash == crashes[0]:
-                full_all.update(full)
+            full_all.setdefault(crash, Counter()).update(full)
             for r in res:
                 results.append({"crash_at": crash, "rank": rank, **r.as_dict()})
-                if crash == crashes[0]:
-                    consumed[r.scenario].update(r.order)
+                consumed.setdefault(crash, {}).setdefault(r.scenario, Counter()).update(r.order)
     for r in results:
         r.pop("order", None)
     ok = all(
@@ -341,18 +339,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
         "ok": ok,
     }
     if args.plot:
-        from .plot import plot_consumption
+        from .format.metadata import load_metadata
+        from .plot import Panel, plot_consumption
+        from .splits import select_episodes
 
+        meta = load_metadata(args.root)
+        chosen = set(select_episodes(meta, episodes))
         plot_consumption(
             args.plot,
-            full_all,
-            consumed,
+            [
+                Panel(f"crash at step {crash}", full_all[crash], consumed[crash])
+                for crash in crashes
+            ],
             title=(
-                f"{Path(args.root).name}: crash at step {crashes[0]}, {args.num_workers} workers, "
-                f"batch {args.batch_size}, {args.world_size} rank(s)"
+                f"{Path(args.root).name}: {args.num_workers} workers, batch {args.batch_size}, "
+                f"{args.world_size} rank(s), {len(chosen)} of {meta.num_episodes} episodes"
             ),
+            num_frames=max(e.dataset_to_index for e in meta.episodes),
+            excluded=[
+                (e.dataset_from_index, e.dataset_to_index)
+                for e in meta.episodes
+                if e.episode_index not in chosen
+            ],
         )
         report["plot"] = str(args.plot)
+        report["plot_panels"] = [f"crash at step {crash}" for crash in crashes]
     head = ("step", "rank", "scenario", "consumed", "replayed", "lost", "same order")
     rows = [
         (

@@ -8,6 +8,7 @@ import re
 import shutil
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from robo_resume import ChunkedEpisodeDataset, load_metadata
@@ -228,3 +229,56 @@ def test_inspect_compares_codecs_not_decoders_and_lists_missing_data(factory, tm
     assert all(p.startswith("data/") and p.endswith(".parquet") for p in info["missing_files"])
     assert main(["inspect", str(root)]) == 1
     assert "missing files: 3 (3 data): data/" in capsys.readouterr().out
+
+
+def test_plot_marks_every_lost_frame_and_labels_excluded_episodes(tmp_path):
+    from matplotlib.image import imread
+
+    from robo_resume.plot import (
+        EXCLUDED,
+        LOST,
+        ONCE,
+        REPLAYED,
+        TAIL,
+        Panel,
+        consumption_grid,
+        plot_consumption,
+    )
+
+    n = 5700
+    full = Counter(range(100, n))  # frames 0..99: an excluded episode
+    cursor = Counter(range(100, n))
+    naive = Counter(range(100, n))
+    for i in (200, 3000, 3001, 5600):  # 4 lost frames among 5,700
+        del naive[i]
+    naive[4000] += 1
+    panel = Panel("crash at step 40", full, {"cursor": cursor, "naive": naive})
+    grid = consumption_grid(panel, n, excluded=[(0, 100)])
+    assert (grid[0] == ONCE).sum() == n - 100 and (grid[:, :100] == EXCLUDED).all()
+    assert np.flatnonzero(grid[1] == LOST).tolist() == [200, 3000, 3001, 5600]
+    assert np.flatnonzero(grid[1] == REPLAYED).tolist() == [4000]
+    assert (consumption_grid(panel, n) == TAIL)[:, :100].all()  # not excluded: the tail
+
+    def red_pixels(path):
+        img = imread(path)[..., :3]
+        return int((np.abs(img - np.array([0xD6, 0x27, 0x28]) / 255).max(axis=2) < 0.05).sum())
+
+    lost = Panel("crash at step 150", full, {"cursor": cursor, "naive": naive})
+    fig = plot_consumption(tmp_path / "two.png", [panel, lost], num_frames=n, excluded=[(0, 100)])
+    assert [ax.get_title() for ax in fig.axes] == ["crash at step 40", "crash at step 150"]
+    ok = Panel("crash at step 40", full, {"cursor": cursor, "naive": cursor})
+    plot_consumption(tmp_path / "ok.png", [ok], num_frames=n)
+    plot_consumption(tmp_path / "lost.png", [Panel("x", full, {"naive": naive})], num_frames=n)
+    # the legend patch is red in both; only the lost frames' markers add red pixels
+    assert red_pixels(tmp_path / "lost.png") > red_pixels(tmp_path / "ok.png") + 4 * 20
+
+
+@pytest.mark.timeout(300)
+def test_cli_verify_plot_has_a_panel_per_crash_step(factory, tmp_path, capsys):
+    root = factory(episode_lengths=(23, 41, 17, 30, 9), num_cameras=0).root
+    png = tmp_path / "overlap.png"
+    args = ["verify", str(root), "--crash-at", "2,5", "--batch-size", "4", "--num-workers", "0"]
+    assert main([*args, "--episodes", "0-3", "--plot", str(png), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["plot_panels"] == ["crash at step 2", "crash at step 5"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
