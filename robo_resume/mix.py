@@ -233,8 +233,17 @@ class MixedDataset(IterableDataset):
             )
         self.renames = [self._check_source(i) for i in range(len(sources))]
         self.features = self._layout(0)
-        for i in range(1, len(sources)):
-            self._check_fits(i)
+        problems = [p for i in range(1, len(sources)) for p in self._check_fits(i)]
+        if len(problems) == 1:
+            raise DatasetFormatError(problems[0])
+        if problems:  # every mismatch in one error, not one per run
+            raise DatasetFormatError(
+                describe(
+                    f"The mix's sources differ from source 0 in {len(problems)} ways",
+                    found=" ".join(f"({n}) {p}" for n, p in enumerate(problems, 1)),
+                    fix="fix each of them (each says how), or leave the source out",
+                )
+            )
         self.camera_keys = tuple(k for k, v in self.features.items() if v["dtype"] in _VISUAL)
         self.fingerprint = {
             "sources": [ds.fingerprint["dataset"] for ds in self.datasets],
@@ -306,12 +315,14 @@ class MixedDataset(IterableDataset):
                 out[name] = {"dtype": ft.get("dtype"), "shape": list(ft.get("shape") or [])}
         return out
 
-    def _check_fits(self, i: int) -> None:
+    def _check_fits(self, i: int) -> list[str]:
+        """Every way source ``i`` differs from source 0 (fps, features, shapes, dtypes)."""
+        problems: list[str] = []
         ref, mine = self.features, self._layout(i)
         meta0, meta = self.datasets[0].meta, self.datasets[i].meta
         info = Path(meta.root) / "meta" / "info.json"
         if meta.fps != meta0.fps:
-            raise DatasetFormatError(
+            problems.append(
                 describe(
                     f"{self._name(i)} has another fps than source 0",
                     expected=f"fps={meta0.fps} (source 0)",
@@ -324,7 +335,7 @@ class MixedDataset(IterableDataset):
         missing = [k for k in ref if k not in mine]
         extra = [k for k in mine if k not in ref]
         if missing or extra:
-            raise DatasetFormatError(
+            problems.append(
                 describe(
                     f"{self._name(i)} does not have the mix's features",
                     expected=f"features {list(ref)} (source 0, after its key mapping)",
@@ -337,9 +348,11 @@ class MixedDataset(IterableDataset):
                 )
             )
         for k, want in ref.items():
-            got = mine[k]
+            got = mine.get(k)
+            if got is None:
+                continue
             if got["shape"] != want["shape"]:
-                raise DatasetFormatError(
+                problems.append(
                     describe(
                         f"Feature '{k}' of {self._name(i)} has another shape than in source 0",
                         expected=f"shape {want['shape']} (source 0)",
@@ -351,7 +364,7 @@ class MixedDataset(IterableDataset):
                 )
             kinds = {want["dtype"] in _VISUAL, got["dtype"] in _VISUAL}
             if len(kinds) > 1 or (not kinds.pop() and got["dtype"] != want["dtype"]):
-                raise DatasetFormatError(
+                problems.append(
                     describe(
                         f"Feature '{k}' of {self._name(i)} has another dtype than in source 0",
                         expected=f"dtype {want['dtype']} (source 0)",
@@ -360,6 +373,7 @@ class MixedDataset(IterableDataset):
                         fix="map a feature of the same dtype to this name",
                     )
                 )
+        return problems
 
     # -- the pure mix order ----------------------------------------------------------------------
     def round_sources(self, epoch: int, stream: int, round_index: int) -> np.ndarray:

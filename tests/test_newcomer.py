@@ -282,3 +282,22 @@ def test_cli_verify_plot_has_a_panel_per_crash_step(factory, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["plot_panels"] == ["crash at step 2", "crash at step 5"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mix_reports_every_feature_mismatch_in_one_error(factory):
+    from robo_resume.errors import DatasetFormatError
+    from robo_resume.mix import MixedDataset, MixSource
+
+    a = factory(episode_lengths=(9, 12), num_cameras=0).root
+    odd = factory(episode_lengths=(9, 12), num_cameras=0, fps=15, state_dim=6, action_dim=5).root
+    with pytest.raises(DatasetFormatError) as e:
+        MixedDataset([MixSource(a), MixSource(odd)], batch_size=4)
+    msg = str(e.value)
+    assert msg.startswith("The mix's sources differ from source 0 in 3 ways.")
+    assert re.search(
+        r"\(1\) source 1 .* has another fps.*Found fps=15.*"
+        r"\(2\) Feature 'observation\.state' of source 1 .*Found shape \[6\].*"
+        r"\(3\) Feature 'action' of source 1 .*Expected shape \[3\] \(source 0\)\. Found shape "
+        r"\[5\].*Fix: fix each of them",
+        msg,
+    ), msg
