@@ -42,6 +42,7 @@ from .errors import (
     ResumeStateError,
     VideoDecodeError,
     describe,
+    format_ranges,
 )
 from .format.metadata import DatasetMeta, load_metadata
 from .format.validate import inside_root
@@ -290,6 +291,13 @@ class ChunkedEpisodeDataset(IterableDataset):
             "interleave": self.tuning.interleave,
             "shuffle": self.tuning.shuffle,
             "mode": "infinite" if infinite else "epoch",
+            "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
+                "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
+                f"{self.meta.total_frames} frames)",
+                "episodes": format_ranges(self.episodes, limit=120),
+                "plan": f"chunk_frames {chunk_frames}"
+                + (", cut at keyframes" if self.tuning.cut_at_keyframes else ""),
+            },
         }
         self.resume_state = None
         if resume_state is not None:

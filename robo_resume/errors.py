@@ -61,8 +61,11 @@ def describe(
     return " ".join(parts)
 
 
-def format_ranges(values: Iterable[int]) -> str:
-    """Integers as sorted ranges for messages: ``[0, 1, 2, 3, 7, 9, 10]`` -> ``"0-3,7,9-10"``."""
+def format_ranges(values: Iterable[int], limit: int | None = None) -> str:
+    """Integers as sorted ranges for messages: ``[0, 1, 2, 3, 7, 9, 10]`` -> ``"0-3,7,9-10"``.
+
+    With ``limit``, a longer text is cut after that many characters and ends with how many
+    integers there are, e.g. ``"0-3,7,9,... (1000 in all)"``."""
     vals = sorted({int(v) for v in values})
     out: list[str] = []
     i = 0
@@ -72,7 +75,10 @@ def format_ranges(values: Iterable[int]) -> str:
             j += 1
         out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
         i = j + 1
-    return ",".join(out) or "none"
+    text = ",".join(out) or "none"
+    if limit is not None and len(text) > limit:
+        text = text[: text.rfind(",", 0, limit) + 1] + f"... ({len(vals)} in all)"
+    return text
 
 
 class RoboResumeError(Exception):

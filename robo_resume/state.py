@@ -87,9 +87,27 @@ _FIX_DEFAULT = (
     "schedule options as the run that saved the state"
 )
 _ESCAPE = (
-    "; to resume anyway, accepting that frames may be replayed or lost, call "
-    "state.check_fingerprint(dataset.fingerprint, strict=False)"
+    "; to resume anyway, accepting that frames may be replayed or lost, pass "
+    "resume_strict=False to ChunkedEpisodeDataset (or MixedDataset): see the README, "
+    "'When a resume is refused'"
 )
+ABOUT = "about"
+"""Fingerprint key of readable facts (episode ranges, chunk_frames, ...) used to say in words
+what differs; never compared (the hashes beside it are)."""
+
+
+def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
+    """``seed 1 vs 0; episodes 0-9 vs 0-7``: each differing key, this dataset's value first."""
+    a, b = want.get(ABOUT) or {}, got.get(ABOUT) or {}
+    out = []
+    for k in keys:
+        if k in a and a.get(k) == b.get(k):
+            out.append(f"{k} ({a[k]} in both; it follows from the other differences)")
+        elif k in a or k in b:
+            out.append(f"{k} {a.get(k, '(not recorded)')} vs {b.get(k, '(not recorded)')}")
+        else:
+            out.append(f"{k} {want.get(k)!r} vs {got.get(k)!r}")
+    return "; ".join(out)
 
 
 def library_version() -> str:
@@ -361,7 +379,7 @@ class ResumeState:
         return [
             k
             for k in sorted(set(expected) | set(self.fingerprint))
-            if expected.get(k) != self.fingerprint.get(k)
+            if k != ABOUT and expected.get(k) != self.fingerprint.get(k)
         ]
 
     def check_fingerprint(self, expected: Mapping[str, Any], *, strict: bool = True) -> None:
@@ -385,7 +403,8 @@ class ResumeState:
             want, got = expected.get(key), self.fingerprint.get(key)
             others = [k for k in diff if k != key]
             msg = describe(
-                f"The resume state was made for a different '{key}'",
+                f"The resume state was made for a different '{key}' (this dataset vs the "
+                f"state: {_in_words(diff if strict else [key], expected, self.fingerprint)})",
                 expected=f"{key}={want!r} (this dataset)",
                 found=f"{key}={got!r} (the state)"
                 + (f"; other differing fields: {others}" if others and strict else ""),

@@ -301,3 +301,32 @@ def test_mix_reports_every_feature_mismatch_in_one_error(factory):
         r"\[5\].*Fix: fix each of them",
         msg,
     ), msg
+
+
+def test_refused_resume_says_what_differs_in_words_and_the_option(factory, caplog):
+    from robo_resume.errors import ResumeStateError
+
+    root = factory(episode_lengths=(10, 12, 9, 11, 8, 7, 13, 10, 9, 12), num_cameras=0).root
+    ds = ChunkedEpisodeDataset(root, batch_size=4, seed=0, episodes=range(10))
+    tracker = ds.tracker()
+    tracker.consume(next(iter(ds.dataloader())))
+    state = tracker.state_dict()
+    with pytest.raises(
+        ResumeStateError,
+        match=r"different 'episodes' \(this dataset vs the state: episodes 0-7 vs 0-9; plan "
+        r"\(chunk_frames 64 in both; it follows from the other differences\); seed 3 vs 0; "
+        r"total_frames 80 vs 101\).*pass resume_strict=False to ChunkedEpisodeDataset",
+    ):
+        ChunkedEpisodeDataset(root, batch_size=4, seed=3, episodes=range(8), resume_state=state)
+    with pytest.raises(
+        ResumeStateError,
+        match=r"\(this dataset vs the state: plan chunk_frames"
+        r" 5 vs chunk_frames 64\)",
+    ):
+        ChunkedEpisodeDataset(root, batch_size=4, chunk_frames=5, resume_state=state)
+    caplog.set_level(logging.WARNING, logger="robo_resume")
+    ds = ChunkedEpisodeDataset(root, batch_size=4, seed=3, resume_state=state, resume_strict=False)
+    assert "seed 3 vs 0" in caplog.text and ds.seed == 3
+    old = {**state, "fingerprint": {k: v for k, v in state["fingerprint"].items() if k != "about"}}
+    with pytest.raises(ResumeStateError, match=r"episodes 0-7 vs \(not recorded\)"):  # older states
+        ChunkedEpisodeDataset(root, batch_size=4, episodes=range(8), resume_state=old)
