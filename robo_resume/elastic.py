@@ -452,7 +452,21 @@ def replan(
     cannot be split exactly (see the module docstring).
     """
     old = chain[-1]
-    below = build_layout(chunks, config, chain, infinite=infinite)
+    try:
+        below = build_layout(chunks, config, chain, infinite=infinite)
+    except ValueError as exc:
+        if isinstance(exc, ResumeStateError):
+            raise
+        raise ResumeStateError(
+            describe(
+                "The resume state's topology cannot have run on this plan",
+                expected=f"a run whose schedule exists for this dataset ({exc})",
+                found=f"world_size={old.world_size}, num_workers={old.num_workers}, "
+                f"batch_size={old.batch_size}",
+                fix="pass the unmodified state of a run over the same dataset, episodes and "
+                "chunk_frames (CursorTracker.state_dict())",
+            )
+        ) from exc
     have = _check_cursors(old)
     check_positions(below, have, old.topology)
     x = max(e for e, _ in have.values())

@@ -369,6 +369,21 @@ class ItemBuilder:
                     )
                 )
             start += length
+        # More frames than its episodes: the file belongs to other episodes (fewer frames are
+        # reported when decoding, naming the first missing frame).
+        if info.num_frames > start:
+            raise MetadataMismatchError(
+                describe(
+                    f"A video of '{camera}' holds another number of frames than its episodes",
+                    expected=f"{start} frames (the lengths of the {len(members)} episodes whose "
+                    f"videos/{camera} point to this file)",
+                    found=f"{info.num_frames} frames in the container",
+                    file=reader.path,
+                    episode=reader.episode,
+                    fix="the file belongs to other episodes; download it again, or "
+                    "rebuild meta/ if the video is right",
+                )
+            )
 
     def map_cameras(self, fn: Callable[[str], Any], cameras: Sequence[str]) -> list[Any]:
         """``[fn(cam) for cam in cameras]``, on ``camera_threads`` threads when above 1.

@@ -493,6 +493,15 @@ CASES = [
         1,
         wired="video",
     ),
+    Case(
+        "mp4_of_other_episodes",
+        _no_donor(lambda r: shutil.copyfile(r / VIDEO0, r / VIDEO1)),
+        MetadataMismatchError,
+        rf"holds another number of frames than its episodes.*Expected 15 frames.*"
+        rf"Found 21 frames.*{_f(VIDEO1)}, episode 2.*Fix",
+        "read",
+        2,
+    ),
     # ---- rows that disagree with the metadata
     Case(
         "episode_index_names_another_episode",

@@ -198,6 +198,18 @@ class VideoReader:
                 )
             )
         stream = container.streams.video[0]
+        if stream.codec_context is None:  # FFmpeg has no decoder for the stream's codec tag
+            container.close()
+            raise CorruptFileError(
+                describe(
+                    "A video file's codec is unknown to FFmpeg",
+                    expected="a video stream FFmpeg can decode (LeRobot writes AV1, h264 or hevc)",
+                    found="a stream without a decoder (an unknown codec tag)",
+                    file=self.path,
+                    episode=self.episode,
+                    fix="download this file again, or re-encode it with a standard codec",
+                )
+            )
         self._time_base = float(stream.time_base) if stream.time_base else 0.0
         self._size = (stream.codec_context.width, stream.codec_context.height)
         stream.thread_type = "AUTO"
