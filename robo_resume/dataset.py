@@ -980,15 +980,16 @@ class BatchLoader(torch.utils.data.DataLoader):
         """
         if self._live_len is not None:
             return self._live_len
-        ds = self.dataset
-        if not isinstance(ds, _Batches):
+        source = _length_source(self.dataset)
+        if source is None:
             return super().__len__()
-        return ds.dataset.batches_next_iteration(self.num_workers)
+        return source.batches_next_iteration(self.num_workers)
 
     def __iter__(self):
         ds = self.dataset
         self._live_len = None
-        length = len(self) if isinstance(ds, _Batches) and not ds.dataset.infinite else None
+        source = _length_source(ds)
+        length = len(self) if source is not None and not source.infinite else None
         ring = None
         # pinned batches are copies: the workers' ring slots would never be released
         if isinstance(ds, _Batches) and self.num_workers > 0 and not self.pin_memory:
@@ -1003,6 +1004,12 @@ class BatchLoader(torch.utils.data.DataLoader):
         it = _LoaderIterator(super().__iter__(), self.float_keys, ring, owner=self)
         self._live_len = it._length = length
         return it
+
+
+def _length_source(ds: Any) -> Any:
+    """The dataset that counts a BatchLoader's batches (single dataset or mix), else None."""
+    inner = getattr(ds, "dataset", None) or getattr(ds, "mix", None)
+    return inner if hasattr(inner, "batches_next_iteration") else None
 
 
 def check_picklable(loader: torch.utils.data.DataLoader) -> None:

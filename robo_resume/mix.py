@@ -423,6 +423,30 @@ class MixedDataset(IterableDataset):
                 best = at if best is None else min(best, at)
         return best
 
+    def batches_next_iteration(self, num_workers: int) -> int:
+        """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
+
+        ``exhausted="stop"``: the first iteration runs from :meth:`start_point` (after a
+        resume, what is left of the interrupted mix epoch) to the epoch's end ``J`` of every
+        role; later ones are whole mix epochs. ``"cycle"`` has no end: TypeError.
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "A cycling mix's loader has no len()",
+                    expected="exhausted='stop' for a loader with a length",
+                    found="exhausted='cycle': one endless iteration",
+                    fix="count steps yourself (the mix cycles through its sources' epochs)",
+                )
+            )
+        wp = max(num_workers, 1)
+        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            return sum(
+                max(int(self.epoch_batches(epoch, num_workers)) - j, 0) for epoch, j, _ in starts
+            )
+        return int(self.epoch_batches(int(self._slots[0, 0]), num_workers)) * wp
+
     def batches_per_epoch(self, num_workers: int) -> int | None:
         """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
         j = self.epoch_batches(0, num_workers)

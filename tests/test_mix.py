@@ -292,3 +292,24 @@ def test_mix_train_val_example_crash_and_resume(tmp_path):
     # the same model after the resume: identical validation losses
     val = [line for line in want_out.splitlines() if "val loss" in line]
     assert len(val) == 3 and val[1:] == [x for x in got_out.splitlines() if "val loss" in x]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mix_loader_len_counts_this_iterations_batches(roots, num_workers):
+    kw = dict(seed=2, exhausted="stop", drop_last=num_workers == 2)
+    mix = make_mix(roots, **kw)
+    loader = mix.dataloader(num_workers=num_workers, persistent_workers=num_workers > 0)
+    tracker = mix.tracker()
+    per_epoch = mix.batches_per_epoch(num_workers)
+    assert len(loader) == per_epoch
+    seen = 0
+    for batch in loader:
+        tracker.consume(batch)
+        seen += 1
+        if seen == 3:  # 3 % 2 workers != 0: the resume rotates roles
+            state = json.loads(json.dumps(tracker.state_dict()))
+    assert seen == per_epoch and len(loader) == per_epoch == sum(1 for _ in loader)
+    resumed = make_mix(roots, **kw, resume_state=state).dataloader(num_workers=num_workers)
+    assert len(resumed) == per_epoch - 3 == sum(1 for _ in resumed)
+    with pytest.raises(TypeError, match=r"cycling mix's loader has no len\(\)"):
+        len(make_mix(roots, seed=2).dataloader(num_workers=num_workers))
