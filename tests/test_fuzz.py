@@ -340,8 +340,15 @@ def test_mutated_resume_state_resumes_exactly_or_is_refused(pristine):
         # Accepted: the unchanged state, or another consistent point (epoch, position) of the
         # same run: the rest of that epoch, in the schedule's order (read from the files).
         e, p = state["cursors"][0][2], state["cursors"][0][3]
+        if p == ds.schedule(0).frames_per_stream:  # a finished epoch: the next one, whole
+            e, p = e + 1, 0
         want = ds.schedule(0).frame_indices(e, 0, p).tolist()
-        assert [i for b in got for i in b] == want, (mutation, got)
+        flat = [i for b in got for i in b]
+        if field in ("num_workers", "world_size"):  # elastic: the leftover, re-shuffled
+            assert sorted(flat) == sorted(want), (mutation, got)
+            seen["resumed elastic"] = seen.get("resumed elastic", 0) + 1
+            return
+        assert flat == want, (mutation, got)
         if field not in ("epoch", "position"):
             assert got == rest, (mutation, got)
         seen["resumed"] = seen.get("resumed", 0) + 1
