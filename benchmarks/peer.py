@@ -149,7 +149,13 @@ def _drain(
     dt = time.perf_counter() - t
     shutdown = getattr(it, "_shutdown_workers", None)  # torch's iterator; private but stable
     if shutdown is not None:
-        shutdown()
+        try:
+            shutdown()
+        except RuntimeError as exc:
+            # Seen with lerobot's torchcodec workers: a worker stopped mid-stream aborts in
+            # C++ ("terminate called without an active exception"), and torch's SIGCHLD
+            # handler raises here. The measurement above is complete; say so and go on.
+            print(f"[bench] note: a worker died while shutting down: {exc}", flush=True)
     del it, loader
     gc.collect()
     return {"samples_per_s": samples / dt, "first_batch_s": first, "batches": done, "seconds": dt}
