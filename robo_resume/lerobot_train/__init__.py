@@ -1,0 +1,101 @@
+"""``robo-resume train``: lerobot-train's pipeline with robo_resume as its data path.
+
+What it keeps from lerobot (0.6.x, imported from the installed package, not copied): the
+configuration (``TrainPipelineConfig`` and every ``--flag`` of ``lerobot-train``, parsed by
+lerobot's own parser), the factories (policy, pre/post-processors, optimizer, scheduler),
+``update_policy``, the metrics, logging and progress bar, and the checkpoint layout
+(``OUTPUT_DIR/checkpoints/STEP/{pretrained_model,training_state}`` plus the ``last`` link), so
+lerobot's own tools load what it writes.
+
+What it replaces:
+
+1. **The data path.** A :class:`~robo_resume.ChunkedEpisodeDataset` (or, with ``--mix.*``, a
+   :class:`~robo_resume.mix.MixedDataset`) in infinite mode with ``image_dtype="uint8"`` (what
+   lerobot's trainer asks of ``LeRobotDataset`` with ``return_uint8=True``), read through
+   ``ds.dataloader()``. The loader is never passed to ``accelerator.prepare``: the dataset is
+   already rank-aware (rank and world size from ``torch.distributed``), and accelerate's
+   re-sharding of an iterable would lose frames.
+2. **Resume.** Each checkpoint also holds ``training_state/robo_resume/``: the data state
+   (the tracker's :class:`~robo_resume.ResumeState` of all ranks, or the mix state), the RNG
+   state of every rank, and the data options. ``--resume=true`` continues the data exactly
+   where the checkpoint's step left it; with another ``--num_workers``, ``--batch_size`` or
+   number of processes the interrupted epoch's leftover is re-partitioned (elastic resume,
+   :mod:`robo_resume.elastic`). A checkpoint written by plain ``lerobot-train`` resumes with a
+   warning saying what is exact and what is not.
+3. **Randomness.** lerobot restores the RNG state and then builds its DataLoader, whose
+   iterator draws its base seed from the global torch RNG: the resumed run's dropout and VAE
+   noise are then one draw off, and the final weights differ. Here the loader draws from its
+   own generator, and every rank's RNG state is restored as the very last thing before the
+   first resumed step, so a run killed and resumed on CPU ends with the same weights, bit for
+   bit, as the uninterrupted run.
+4. **Atomic checkpoints.** lerobot writes a checkpoint in place and then moves the ``last``
+   link; a kill in between leaves a folder without ``train_config.json``. Here a checkpoint is
+   written into a hidden sibling folder, flushed to disk, renamed into place, and only then
+   ``last`` is replaced (an atomic rename of a new link), so ``last`` always names a complete
+   checkpoint.
+
+Flags of its own (everything else is lerobot-train's):
+
+- ``--mix.roots=A,B`` (or ``--mix.repo_ids=x/a,y/b``) and ``--mix.weights=1,3``: train on
+  several datasets at once, batches drawn by weight, each source resumed from its own cursors
+  (lerobot refuses several datasets). The policy's features come from the first source; the
+  normalisation statistics are aggregated over all sources (``aggregate_stats``). Give
+  ``--dataset.repo_id`` as a name for the run (lerobot requires it).
+
+Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` flags, file names, checks
+made before lerobot is imported), :mod:`.checkpoints` (robo_resume's files in a checkpoint,
+RNG states, the atomic write), :mod:`.setup` (everything built before the loop), and
+:mod:`.pipeline` (the loop). lerobot is imported inside functions only: the rest of robo_resume
+never needs it.
+
+For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and
+rank with the ``index`` values the step trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from ..errors import RoboResumeError
+from .options import MixOptions, TrainSetupError, check_config_path, require_lerobot, split_args
+from .pipeline import train
+
+__all__ = ["MixOptions", "TrainSetupError", "main", "split_args", "train"]
+
+
+# -- entry point ---------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """``robo-resume train ARGS``: returns the exit code (0 done, 2 a setup or input error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        mix, lerobot_args = split_args(argv)
+        check_config_path(lerobot_args)
+        require_lerobot()
+    except RoboResumeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from lerobot.configs import parser
+    from lerobot.configs.train import TrainPipelineConfig
+    from lerobot.scripts import lerobot_train  # registers the policy, env and optimizer configs
+    from lerobot.utils.import_utils import register_third_party_plugins
+
+    register_third_party_plugins()
+    del lerobot_train
+
+    def run(cfg):
+        return train(cfg, mix)
+
+    run.__annotations__ = {"cfg": TrainPipelineConfig}  # what lerobot's parser dispatches on
+    saved_argv = sys.argv
+    sys.argv = ["robo-resume train", *lerobot_args]  # lerobot's parser reads sys.argv
+    try:
+        parser.wrap()(run)()
+    except RoboResumeError as exc:
+        logging.getLogger(__name__).debug("setup error", exc_info=True)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        sys.argv = saved_argv
+    return 0

@@ -1,0 +1,236 @@
+"""``robo-resume train``'s loop: lerobot-train's, with robo_resume's data path and checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+from pprint import pformat
+from typing import Any
+
+import torch
+
+from . import checkpoints, setup
+from .options import INDEX_LOG_ENV, MixOptions
+
+
+# -- the pipeline ----------------------------------------------------------------------------
+def train(cfg: Any, mix: MixOptions | None = None) -> None:
+    """Run lerobot's training pipeline for ``cfg`` with robo_resume's data path (see module)."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+    from lerobot.common.train_utils import (
+        get_step_checkpoint_dir,
+        load_training_state,
+        should_save_checkpoint,
+    )
+    from lerobot.optim.factory import make_optimizer_and_scheduler
+    from lerobot.policies import make_policy
+    from lerobot.scripts.lerobot_train import update_policy
+    from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
+    from lerobot.utils.random_utils import set_seed
+    from lerobot.utils.utils import format_big_number, init_logging, inside_slurm
+    from tqdm import tqdm
+
+    setup.validate(cfg, mix)
+    ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)
+    active = cfg.trainable_config
+    mixed = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(
+        getattr(active, "dtype", None)
+    )
+    accelerator = Accelerator(
+        step_scheduler_with_optimizer=False,
+        mixed_precision=mixed,
+        kwargs_handlers=[ddp_kwargs],
+        cpu=active.device == "cpu",
+    )
+    init_logging(accelerator=accelerator)
+    log = logging.getLogger("robo_resume.train")
+    main_process = accelerator.is_main_process
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if main_process:
+        logging.info("robo-resume train: lerobot's pipeline, robo_resume's data path")
+        logging.info(pformat(cfg.to_dict()))
+    if cfg.seed is not None:
+        set_seed(cfg.seed, accelerator=accelerator)
+
+    resume_dir = Path(cfg.checkpoint_path) if cfg.resume else None
+    saved = checkpoints.read_saved(resume_dir) if resume_dir is not None else {}
+    mix = setup.resolve_mix(mix, saved.get("options"))
+    if main_process and mix is not None:
+        logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
+
+    meta = setup.policy_metadata(cfg, mix)
+    policy = make_policy(cfg=cfg.policy, ds_meta=meta, rename_map=cfg.rename_map)
+    if cfg.peft is not None:
+        from lerobot.utils.import_utils import require_package
+
+        require_package("peft", extra="peft")
+        policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
+    accelerator.wait_for_everyone()
+    preprocessor, postprocessor = setup.processors(cfg, policy, meta, accelerator.device)
+    optimizer, lr_scheduler = make_optimizer_and_scheduler(cfg, policy)
+
+    step = 0
+    if resume_dir is not None:
+        step, optimizer, lr_scheduler = load_training_state(resume_dir, optimizer, lr_scheduler)
+        if main_process:
+            logging.info(f"Resuming from {resume_dir} at step {step}")
+    drop_n = getattr(active, "drop_n_last_frames", 0) or 0
+    if drop_n and main_process:
+        log.warning(
+            "the policy's drop_n_last_frames=%d is not applied: robo_resume streams every frame "
+            "of every episode (action windows past an episode's end are padded, with "
+            "<key>_is_pad set), while lerobot's sampler would leave the last %d frames of each "
+            "episode out",
+            drop_n,
+            drop_n,
+        )
+
+    train_episodes, eval_episodes = setup.eval_split(cfg, meta)
+    if eval_episodes is not None and main_process:
+        logging.info(
+            f"Train/eval split: {len(train_episodes)} train, {len(eval_episodes)} eval "
+            f"(eval_split={cfg.dataset.eval_split})"
+        )
+    dataset, data_note = setup.build_dataset(
+        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes
+    )
+    if main_process:
+        if data_note:
+            log.warning(data_note)
+        logging.info(f"Dataset: {dataset!r}")
+    workers = cfg.num_workers
+    loader_kw: dict[str, Any] = {
+        "pin_memory": accelerator.device.type == "cuda",
+        # the iterator's base seed comes from this generator, not from the global RNG (see 3.)
+        "generator": torch.Generator().manual_seed(cfg.seed or 0),
+        # lerobot 0.6 starts workers with spawn by default: they need their own log handler
+        # for the streams' resume lines
+        "worker_init_fn": setup.worker_logging,
+    }
+    if workers > 0:
+        loader_kw["prefetch_factor"] = cfg.prefetch_factor
+        loader_kw["persistent_workers"] = cfg.persistent_workers
+        if cfg.dataloader_multiprocessing_context:
+            loader_kw["multiprocessing_context"] = cfg.dataloader_multiprocessing_context
+    loader = dataset.dataloader(num_workers=workers, **loader_kw)
+    tracker = dataset.tracker()
+    # The loader is left out on purpose: the dataset is rank-aware already (see 1.)
+    policy, optimizer, lr_scheduler = accelerator.prepare(policy, optimizer, lr_scheduler)
+    batches = iter(loader)
+
+    num_frames, num_episodes = setup.counts(dataset)
+    if main_process:
+        n_learn = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+        logging.info(f"Output dir: {cfg.output_dir}")
+        logging.info(f"cfg.steps={cfg.steps} ({format_big_number(cfg.steps)})")
+        logging.info(f"dataset.num_frames={num_frames} ({format_big_number(num_frames)})")
+        logging.info(f"dataset.num_episodes={num_episodes}")
+        logging.info(f"Effective batch size: {cfg.batch_size} x {world} = {cfg.batch_size * world}")
+        logging.info(f"num_learnable_params={n_learn} ({format_big_number(n_learn)})")
+
+    metrics = {
+        "loss": AverageMeter("loss", ":.3f", reduction="mean"),
+        "grad_norm": AverageMeter("grdn", ":.3f"),
+        "lr": AverageMeter("lr", ":0.1e"),
+        "update_s": AverageMeter("updt_s", ":.3f", reduction="max"),
+        "dataloading_s": AverageMeter("data_s", ":.3f", reduction="max"),
+        "samples_per_s": AverageMeter("smp/s", ":.0f"),
+    }
+    train_tracker = MetricsTracker(
+        cfg.batch_size,
+        num_frames,
+        num_episodes,
+        metrics,
+        initial_step=step,
+        accelerator=accelerator,
+    )
+    camera_keys = tuple(setup.camera_keys(dataset))
+    eval_loader = None
+    if eval_episodes is not None and cfg.eval_steps > 0:
+        eval_loader = setup.eval_loader(cfg, meta, eval_episodes, rank, world)
+    index_log = os.environ.get(INDEX_LOG_ENV)
+    if resume_dir is not None:
+        checkpoints.restore_rng(
+            resume_dir, rank, world, log
+        )  # the last thing before the first step (3.)
+    progbar = None
+    if main_process:
+        progbar = tqdm(
+            total=cfg.steps - step, desc="Training", unit="step", disable=inside_slurm(), leave=True
+        )
+        logging.info(
+            "Start offline training on a fixed dataset, with effective batch size: "
+            f"{cfg.batch_size * world}"
+        )
+    while step < cfg.steps:
+        start = time.perf_counter()
+        batch = tracker.consume(next(batches))
+        if index_log:
+            setup.log_indices(index_log, step + 1, rank, batch)
+        for key in camera_keys:
+            if key in batch and batch[key].dtype == torch.uint8:
+                batch[key] = batch[key].to(dtype=torch.float32) / 255.0
+        batch = preprocessor(batch)
+        train_tracker.dataloading_s = time.perf_counter() - start
+        train_tracker, _ = update_policy(
+            train_tracker,
+            policy,
+            batch,
+            optimizer,
+            cfg.optimizer.grad_clip_norm,
+            accelerator=accelerator,
+            lr_scheduler=lr_scheduler,
+        )
+        step += 1
+        if progbar is not None:
+            progbar.update(1)
+        train_tracker.step()
+        if cfg.log_freq > 0 and step % cfg.log_freq == 0:
+            train_tracker.reduce_across_ranks()
+            if main_process:
+                t = train_tracker.update_s.avg + train_tracker.dataloading_s.avg
+                if t > 0:
+                    train_tracker.samples_per_s = cfg.batch_size * world / t
+                logging.info(train_tracker)
+            train_tracker.reset_averages()
+        if eval_loader is not None and step % cfg.eval_steps == 0:
+            eval_loss = setup.evaluate(policy, eval_loader, preprocessor, camera_keys, accelerator)
+            if main_process:
+                logging.info(f"step {step}: eval_loss={eval_loss:.4f}")
+        if cfg.save_checkpoint and should_save_checkpoint(step, cfg.save_freq, cfg.steps):
+            data_state = tracker.state_dict()  # a collective under DDP: every rank calls it
+            rng = checkpoints.gather_rng(world)
+            if main_process:
+                logging.info(f"Checkpoint policy after step {step}")
+                final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)
+                checkpoints.save_atomic(
+                    final,
+                    step=step,
+                    cfg=cfg,
+                    policy=accelerator.unwrap_model(policy),
+                    optimizer=optimizer,
+                    scheduler=lr_scheduler,
+                    preprocessor=preprocessor,
+                    postprocessor=postprocessor,
+                    world=world,
+                    data_state=data_state,
+                    rng=rng,
+                    mix=mix,
+                )
+            accelerator.wait_for_everyone()
+    if progbar is not None:
+        progbar.close()
+    if main_process:
+        logging.info("End of training")
+        if getattr(active, "push_to_hub", False):
+            unwrapped = accelerator.unwrap_model(policy)
+            unwrapped.push_model_to_hub(cfg)
+            preprocessor.push_to_hub(active.repo_id)
+            postprocessor.push_to_hub(active.repo_id)
+    del batches  # stop the workers before the process group goes
+    accelerator.wait_for_everyone()
+    accelerator.end_training()

@@ -1,0 +1,353 @@
+"""``robo-resume train``'s set-up around lerobot's pieces: flags it cannot honour, the policy's
+metadata (stats over a mix), processors, the robo_resume dataset, lerobot's eval split."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..dataset import ChunkedEpisodeDataset
+from ..errors import ResumeStateError, describe
+from ..format.metadata import load_metadata
+from ..hub import resolve_dataset
+from ..mix import MixedDataset, MixSource
+from ..reader import LeRobotReader
+from .options import MixOptions, TrainSetupError
+
+
+# -- setup helpers ---------------------------------------------------------------------------------
+def validate(cfg: Any, mix: MixOptions | None = None) -> None:
+    """lerobot's ``cfg.validate()``, its errors made ours, and the flags we cannot honour."""
+    try:
+        cfg.validate()
+    except FileExistsError as exc:
+        raise TrainSetupError(
+            describe(
+                "The output directory exists and --resume is false",
+                found=str(exc).split(" already exists")[0].replace("Output directory ", ""),
+                fix="resume it with --resume=true --config_path=OUTPUT_DIR/checkpoints/last/"
+                "pretrained_model/train_config.json, or choose a new --output_dir",
+            )
+        ) from exc
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+        if getattr(cfg, "resume", False) or "config_path" in str(exc):
+            raise TrainSetupError(
+                describe(
+                    "Cannot resume: the checkpoint named by --config_path is missing or incomplete",
+                    found=f"{type(exc).__name__}: {exc}",
+                    fix="pass --config_path=OUTPUT_DIR/checkpoints/last/pretrained_model/"
+                    "train_config.json of the run to resume (`ls OUTPUT_DIR/checkpoints`)",
+                )
+            ) from exc
+        raise
+    if cfg.resume:
+        ckpt = Path(cfg.checkpoint_path)
+        if not (ckpt / "training_state").is_dir():
+            raise TrainSetupError(
+                describe(
+                    "Cannot resume: the checkpoint has no training_state folder",
+                    expected=f"{ckpt}/training_state (written with every checkpoint)",
+                    found="no such folder",
+                    fix="point --config_path at a complete checkpoint, e.g. "
+                    "OUTPUT_DIR/checkpoints/last/pretrained_model/train_config.json",
+                )
+            )
+    refuse = []
+    if getattr(cfg, "is_reward_model_training", False):
+        refuse.append(("--reward_model.*", "robo-resume train trains policies"))
+    if cfg.dataset.streaming:
+        refuse.append(("--dataset.streaming=true", "robo_resume always streams; drop the flag"))
+    if getattr(cfg.dataset, "eval_split", 0.0) and mix is not None:
+        refuse.append(
+            (
+                f"--dataset.eval_split={cfg.dataset.eval_split} with --mix.*",
+                "hold episodes out per source (a seeded split, robo_resume.splits) instead",
+            )
+        )
+    if getattr(cfg, "env", None) is not None and getattr(cfg, "env_eval_freq", 0) > 0:
+        refuse.append(("--env.*", "evaluate the checkpoints with lerobot-eval"))
+    if getattr(cfg, "sample_weighting", None) is not None:
+        refuse.append(("--sample_weighting.*", "not wired into robo-resume train yet"))
+    if refuse:
+        flag, fix = refuse[0]
+        raise TrainSetupError(
+            describe(
+                f"robo-resume train does not support {flag}",
+                found=", ".join(f for f, _ in refuse),
+                fix=fix,
+            )
+        )
+
+
+def resolve_mix(flags: MixOptions | None, saved: dict[str, Any] | None) -> MixOptions | None:
+    saved_mix = MixOptions.from_dict(saved["mix"]) if saved and saved.get("mix") else None
+    if flags is None:
+        return saved_mix if saved_mix and saved_mix.enabled else None
+    return flags if flags.enabled else None
+
+
+def policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
+    """lerobot's ``LeRobotDatasetMetadata`` the policy is built from (stats over a mix)."""
+    from lerobot.datasets import LeRobotDatasetMetadata
+    from lerobot.utils.constants import IMAGENET_STATS
+
+    if mix is not None:
+        first = mix.sources()[0]
+        if cfg.dataset.root is None and first["root"] is not None:
+            cfg.dataset.root = first["root"]
+    try:
+        meta = LeRobotDatasetMetadata(
+            cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision
+        )
+    except Exception as exc:
+        if type(exc).__name__ == "BackwardCompatibilityError":
+            raise TrainSetupError(
+                describe(
+                    "lerobot 0.6 builds the policy from v3.0 metadata only, and this dataset "
+                    "is in an older format",
+                    found=str(exc).strip().splitlines()[0],
+                    file=cfg.dataset.root,
+                    fix="convert it (python -m lerobot.scripts.convert_dataset_v21_to_v30), or, "
+                    "in a mix, name a v3.0 dataset first in --mix.roots (the other sources may "
+                    "be v2.1)",
+                )
+            ) from exc
+        raise TrainSetupError(
+            describe(
+                "lerobot could not read the dataset's metadata",
+                found=f"{type(exc).__name__}: {exc}",
+                file=cfg.dataset.root,
+                fix="check --dataset.repo_id and --dataset.root (a folder holding meta/info.json)",
+            )
+        ) from exc
+    if mix is not None and len(mix.sources()) > 1:
+        from lerobot.datasets.compute_stats import aggregate_stats
+
+        stats = [meta.stats]
+        for s in mix.sources()[1:]:  # robo_resume reads v2.1 sources too, lerobot 0.6 does not
+            if s["root"] is not None and (Path(s["root"]) / "meta").is_dir():
+                other = load_metadata(s["root"])
+            else:
+                other = resolve_dataset(s["repo_id"], root=s["root"])[1]
+            stats.append(stats_arrays(other.stats))
+        meta.stats = aggregate_stats(stats)
+    if cfg.dataset.use_imagenet_stats:
+        depth = set(getattr(meta, "depth_keys", ()) or ())
+        for key in meta.camera_keys:
+            if key in depth:
+                continue
+            for name, value in IMAGENET_STATS.items():
+                meta.stats[key][name] = torch.tensor(value, dtype=torch.float32)
+    return meta
+
+
+def stats_arrays(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """stats.json values (nested lists) as numpy arrays, as lerobot's metadata holds them."""
+    import numpy as np
+
+    return {k: {n: np.asarray(v) for n, v in d.items()} for k, d in stats.items()}
+
+
+def processors(cfg: Any, policy: Any, meta: Any, device: torch.device):
+    """lerobot-train's processor set-up (fresh, from a pretrained policy, or on resume)."""
+    from lerobot.policies import make_pre_post_processors
+
+    active = cfg.trainable_config
+    path = active.pretrained_path
+    kwargs: dict[str, Any] = {}
+    if (path and not cfg.resume) or not path:
+        kwargs["dataset_stats"] = meta.stats
+    if path is not None:
+        pre = {
+            "device_processor": {"device": device.type},
+            "normalizer_processor": {
+                "features": {**policy.config.input_features, **policy.config.output_features},
+                "norm_map": policy.config.normalization_mapping,
+            },
+            "rename_observations_processor": {"rename_map": cfg.rename_map},
+        }
+        post = {
+            "unnormalizer_processor": {
+                "features": policy.config.output_features,
+                "norm_map": policy.config.normalization_mapping,
+            },
+        }
+        if not cfg.resume:
+            pre["normalizer_processor"]["stats"] = meta.stats
+            post["unnormalizer_processor"]["stats"] = meta.stats
+        kwargs["preprocessor_overrides"] = pre
+        kwargs["postprocessor_overrides"] = post
+    return make_pre_post_processors(
+        policy_cfg=cfg.policy,
+        pretrained_path=path,
+        pretrained_revision=getattr(cfg.policy, "pretrained_revision", None),
+        **kwargs,
+    )
+
+
+def image_transforms(cfg: Any) -> Callable | None:
+    if not cfg.dataset.image_transforms.enable:
+        return None
+    from lerobot.transforms import ImageTransforms
+
+    return ImageTransforms(cfg.dataset.image_transforms)
+
+
+def build_dataset(
+    cfg: Any,
+    mix: MixOptions | None,
+    meta: Any,
+    state: dict[str, Any] | None,
+    resume_dir: Path | None,
+    episodes: list[int] | None = None,
+) -> tuple[Any, str | None]:
+    """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+
+    delta = resolve_delta_timestamps(cfg.trainable_config, meta)
+    common: dict[str, Any] = {
+        "batch_size": cfg.batch_size,
+        "seed": cfg.seed or 0,
+        "delta_timestamps": delta,
+        "image_transforms": image_transforms(cfg),
+        "image_dtype": "uint8",  # lerobot's trainer: return_uint8=True, converted per batch
+    }
+    note = None
+    if resume_dir is not None and state is None:
+        note = (
+            f"the checkpoint {resume_dir} has no robo_resume data state (written by plain "
+            "lerobot-train, or before robo-resume train): the policy, optimizer, scheduler, step "
+            "and RNG state resume exactly, but the data starts a new robo_resume epoch 0, so "
+            "frames that the interrupted run already trained on in its last epoch can be seen "
+            "again, and others only in the next epoch. Checkpoints written from now on resume "
+            "the data exactly."
+        )
+    try:
+        if mix is None:
+            ds = ChunkedEpisodeDataset(
+                cfg.dataset.root,
+                repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
+                revision=cfg.dataset.revision,
+                episodes=episodes if episodes is not None else cfg.dataset.episodes,
+                infinite=True,
+                resume_state=state,
+                **common,
+            )
+        else:
+            sources = [
+                MixSource(root=s["root"], repo_id=s["repo_id"], weight=s["weight"])
+                for s in mix.sources()
+            ]
+            ds = MixedDataset(sources, exhausted="cycle", resume_state=state, **common)
+    except ResumeStateError as exc:
+        raise ResumeStateError(
+            f"{exc}\nThe checkpoint {resume_dir} holds the data state of another run's data "
+            "(dataset, episodes, seed or data options differ, see above). Resume with that run's "
+            "dataset and options (its pretrained_model/train_config.json has them), or start a "
+            "new run with a new --output_dir."
+        ) from exc
+    return ds, note
+
+
+def eval_split(cfg: Any, meta: Any) -> tuple[list[int] | None, list[int] | None]:
+    """lerobot-train's ``--dataset.eval_split``: the last ceil(n * split) episodes per task."""
+    import math
+
+    split = float(getattr(cfg.dataset, "eval_split", 0.0) or 0.0)
+    if split == 0.0:
+        return None, None
+    base = cfg.dataset.episodes or list(range(meta.total_episodes))
+    tasks = meta.episodes["tasks"]
+    by_task: dict[str, list[int]] = {}
+    for e in base:
+        by_task.setdefault(tasks[e][0] if tasks[e] else "", []).append(e)
+    train_eps: list[int] = []
+    eval_eps: list[int] = []
+    for eps in by_task.values():
+        n_eval = math.ceil(len(eps) * split)
+        train_eps += eps[: len(eps) - n_eval]
+        eval_eps += eps[len(eps) - n_eval :]
+    if not train_eps:
+        raise TrainSetupError(
+            describe(
+                f"--dataset.eval_split={split} leaves no training episode",
+                found=f"{len(base)} episodes in {len(by_task)} tasks",
+                fix="use a smaller --dataset.eval_split",
+            )
+        )
+    return sorted(train_eps), sorted(eval_eps)
+
+
+def eval_loader(cfg: Any, meta: Any, episodes: list[int], rank: int, world: int) -> Any:
+    """Every held-out frame once per evaluation (this rank's share under DDP), uint8 images."""
+    from lerobot.datasets.factory import resolve_delta_timestamps
+
+    reader = LeRobotReader(
+        cfg.dataset.root,
+        repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
+        revision=cfg.dataset.revision,
+        episodes=episodes,
+        delta_timestamps=resolve_delta_timestamps(cfg.trainable_config, meta),
+        image_dtype="uint8",
+    )
+    part = torch.utils.data.Subset(reader, range(rank, len(reader), world))
+    return torch.utils.data.DataLoader(
+        part, batch_size=cfg.batch_size, shuffle=False, num_workers=0, drop_last=False
+    )
+
+
+def evaluate(policy: Any, loader: Any, preprocessor: Any, cameras: Sequence[str], acc: Any):
+    """lerobot-train's eval pass: mean loss over the held-out frames, reduced over ranks.
+
+    The torch RNG state is put back afterwards, so that turning evaluation on or changing
+    ``--eval_steps`` does not change the random draws of the training steps.
+    """
+    rng = torch.get_rng_state()
+    policy.eval()
+    total, n = 0.0, 0
+    with torch.no_grad(), acc.autocast():
+        for batch in loader:
+            for key in cameras:
+                if key in batch and batch[key].dtype == torch.uint8:
+                    batch[key] = batch[key].to(dtype=torch.float32) / 255.0
+            loss, _ = policy.forward(preprocessor(batch))
+            total += loss.item()
+            n += 1
+    policy.train()
+    torch.set_rng_state(rng)
+    value = torch.tensor(total / max(n, 1), device=acc.device)
+    return acc.reduce(value, reduction="mean").item()
+
+
+def counts(dataset: Any) -> tuple[int, int]:
+    parts = getattr(dataset, "datasets", None) or [dataset]
+    frames = sum(int(d.fingerprint["total_frames"]) for d in parts)
+    episodes = sum(len(d.episodes) for d in parts)
+    return frames, episodes
+
+
+def camera_keys(dataset: Any) -> Sequence[str]:
+    keys = getattr(dataset, "camera_keys", None)
+    return keys if keys is not None else dataset.meta.camera_keys
+
+
+def worker_logging(worker_id: int) -> None:
+    """DataLoader worker start: lerobot's log format where the worker has no handler (spawn)."""
+    if not logging.getLogger().handlers:
+        from lerobot.utils.utils import init_logging
+
+        init_logging()
+
+
+def log_indices(path: str, step: int, rank: int, batch: dict[str, Any]) -> None:
+    line = json.dumps({"step": step, "rank": rank, "index": batch["index"].tolist()})
+    with open(f"{path}.rank{rank}", "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
