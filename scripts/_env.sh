@@ -42,6 +42,10 @@ ensure_env() {
   if [ ! -x "$VENV/bin/python" ]; then
     local py
     if ! py="$(find_python "$min")"; then
+      if [ -n "${PYTHON:-}" ]; then
+        echo "[setup] unset PYTHON to search the usual places, or point it at a Python >= $min" >&2
+        exit 2
+      fi
       cat >&2 <<EOF
 [setup] no Python >= $min found (looked for python3.12, python3.13, pyenv and uv installs, python3).
 [setup] lerobot 0.6, the reference the tests compare with, needs Python >= 3.12. Install one, e.g.
