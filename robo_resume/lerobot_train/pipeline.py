@@ -12,8 +12,22 @@ from typing import Any
 
 import torch
 
-from . import checkpoints, setup
+from .checkpoints import gather_rng, read_saved, restore_rng, save_atomic
 from .options import INDEX_LOG_ENV, MixOptions
+from .setup import (
+    build_dataset,
+    camera_keys,
+    counts,
+    eval_loader,
+    eval_split,
+    evaluate,
+    log_indices,
+    policy_metadata,
+    processors,
+    resolve_mix,
+    validate,
+    worker_logging,
+)
 
 
 # -- the pipeline ----------------------------------------------------------------------------
@@ -34,7 +48,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
     from lerobot.utils.utils import format_big_number, init_logging, inside_slurm
     from tqdm import tqdm
 
-    setup.validate(cfg, mix)
+    validate(cfg, mix)
     ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)
     active = cfg.trainable_config
     mixed = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(
@@ -57,12 +71,12 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
         set_seed(cfg.seed, accelerator=accelerator)
 
     resume_dir = Path(cfg.checkpoint_path) if cfg.resume else None
-    saved = checkpoints.read_saved(resume_dir) if resume_dir is not None else {}
-    mix = setup.resolve_mix(mix, saved.get("options"))
+    saved = read_saved(resume_dir) if resume_dir is not None else {}
+    mix = resolve_mix(mix, saved.get("options"))
     if main_process and mix is not None:
         logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
 
-    meta = setup.policy_metadata(cfg, mix)
+    meta = policy_metadata(cfg, mix)
     policy = make_policy(cfg=cfg.policy, ds_meta=meta, rename_map=cfg.rename_map)
     if cfg.peft is not None:
         from lerobot.utils.import_utils import require_package
@@ -70,7 +84,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
         require_package("peft", extra="peft")
         policy = policy.wrap_with_peft(peft_cli_overrides=dataclasses.asdict(cfg.peft))
     accelerator.wait_for_everyone()
-    preprocessor, postprocessor = setup.processors(cfg, policy, meta, accelerator.device)
+    preprocessor, postprocessor = processors(cfg, policy, meta, accelerator.device)
     optimizer, lr_scheduler = make_optimizer_and_scheduler(cfg, policy)
 
     step = 0
@@ -89,13 +103,13 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
             drop_n,
         )
 
-    train_episodes, eval_episodes = setup.eval_split(cfg, meta)
+    train_episodes, eval_episodes = eval_split(cfg, meta)
     if eval_episodes is not None and main_process:
         logging.info(
             f"Train/eval split: {len(train_episodes)} train, {len(eval_episodes)} eval "
             f"(eval_split={cfg.dataset.eval_split})"
         )
-    dataset, data_note = setup.build_dataset(
+    dataset, data_note = build_dataset(
         cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes
     )
     if main_process:
@@ -109,7 +123,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
         "generator": torch.Generator().manual_seed(cfg.seed or 0),
         # lerobot 0.6 starts workers with spawn by default: they need their own log handler
         # for the streams' resume lines
-        "worker_init_fn": setup.worker_logging,
+        "worker_init_fn": worker_logging,
     }
     if workers > 0:
         loader_kw["prefetch_factor"] = cfg.prefetch_factor
@@ -122,7 +136,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
     policy, optimizer, lr_scheduler = accelerator.prepare(policy, optimizer, lr_scheduler)
     batches = iter(loader)
 
-    num_frames, num_episodes = setup.counts(dataset)
+    num_frames, num_episodes = counts(dataset)
     if main_process:
         n_learn = sum(p.numel() for p in policy.parameters() if p.requires_grad)
         logging.info(f"Output dir: {cfg.output_dir}")
@@ -148,15 +162,13 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
         initial_step=step,
         accelerator=accelerator,
     )
-    camera_keys = tuple(setup.camera_keys(dataset))
-    eval_loader = None
+    cameras = tuple(camera_keys(dataset))
+    held_out = None
     if eval_episodes is not None and cfg.eval_steps > 0:
-        eval_loader = setup.eval_loader(cfg, meta, eval_episodes, rank, world)
+        held_out = eval_loader(cfg, meta, eval_episodes, rank, world)
     index_log = os.environ.get(INDEX_LOG_ENV)
     if resume_dir is not None:
-        checkpoints.restore_rng(
-            resume_dir, rank, world, log
-        )  # the last thing before the first step (3.)
+        restore_rng(resume_dir, rank, world, log)  # the last thing before the first step (3.)
     progbar = None
     if main_process:
         progbar = tqdm(
@@ -170,8 +182,8 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
         start = time.perf_counter()
         batch = tracker.consume(next(batches))
         if index_log:
-            setup.log_indices(index_log, step + 1, rank, batch)
-        for key in camera_keys:
+            log_indices(index_log, step + 1, rank, batch)
+        for key in cameras:
             if key in batch and batch[key].dtype == torch.uint8:
                 batch[key] = batch[key].to(dtype=torch.float32) / 255.0
         batch = preprocessor(batch)
@@ -197,17 +209,17 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
                     train_tracker.samples_per_s = cfg.batch_size * world / t
                 logging.info(train_tracker)
             train_tracker.reset_averages()
-        if eval_loader is not None and step % cfg.eval_steps == 0:
-            eval_loss = setup.evaluate(policy, eval_loader, preprocessor, camera_keys, accelerator)
+        if held_out is not None and step % cfg.eval_steps == 0:
+            eval_loss = evaluate(policy, held_out, preprocessor, cameras, accelerator)
             if main_process:
                 logging.info(f"step {step}: eval_loss={eval_loss:.4f}")
         if cfg.save_checkpoint and should_save_checkpoint(step, cfg.save_freq, cfg.steps):
             data_state = tracker.state_dict()  # a collective under DDP: every rank calls it
-            rng = checkpoints.gather_rng(world)
+            rng = gather_rng(world)
             if main_process:
                 logging.info(f"Checkpoint policy after step {step}")
                 final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)
-                checkpoints.save_atomic(
+                save_atomic(
                     final,
                     step=step,
                     cfg=cfg,
