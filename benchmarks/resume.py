@@ -56,7 +56,7 @@ import _common as C
 import torch
 
 from robo_resume import ChunkedEpisodeDataset, load_metadata
-from robo_resume.schedule import Schedule, resume_point
+from robo_resume.index.schedule import Schedule, resume_point
 from robo_resume.testing import make_dataset
 
 BATCH = 32

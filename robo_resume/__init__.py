@@ -9,6 +9,7 @@ Public API (everything else is internal and may change):
 - Errors: :mod:`robo_resume.errors`. Synthetic datasets: :mod:`robo_resume.testing`.
 """
 
+from ._version import __version__
 from .dataset import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning, worker_context
 from .errors import (
     CorruptFileError,
@@ -23,10 +24,8 @@ from .errors import (
 )
 from .format.metadata import DatasetMeta, load_metadata
 from .reader import LeRobotReader
-from .state import ResumeState
+from .state.resume import ResumeState
 from .tracker import CursorTracker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CURSOR_KEY",

@@ -34,7 +34,7 @@ from typing import IO, Any
 import torch
 
 from .errors import CorruptFileError, MissingFileError, ResumeStateError, describe
-from .state import ResumeState
+from .state.resume import ResumeState
 
 try:
     import fcntl

@@ -223,7 +223,7 @@ def _codec_name(declared: Any) -> str | None:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Each stream's resume cursor after ``--step`` batches, computed without reading data."""
     from .dataset import ChunkedEpisodeDataset
-    from .schedule import Topology
+    from .index.schedule import Topology
 
     streams = []
     episodes = _episodes(args.episodes, args.root)

@@ -1,9 +1,9 @@
 """ChunkedEpisodeDataset: the IterableDataset that streams a LeRobot dataset in chunks.
 
 Each DataLoader worker (of each DDP rank) plays one *stream* of the pure schedule
-(:mod:`robo_resume.schedule`): it reads its chunks sequentially (one parquet read and one video
-seek per chunk), interleaves the frames of a few open chunks in the schedule's seeded order, and
-yields LeRobot-compatible items (:mod:`robo_resume.items`). Every item carries a cursor
+(:mod:`robo_resume.index.schedule`): it reads its chunks sequentially (one parquet read and one
+video seek per chunk), interleaves the frames of a few open chunks in the schedule's seeded order,
+and yields LeRobot-compatible items (:mod:`robo_resume.items`). Every item carries a cursor
 (``item[CURSOR_KEY]``) so the main process can record exactly what the training loop consumed.
 
 Resuming is arithmetic: ``resume_step`` (or a saved :class:`~robo_resume.state.ResumeState`) is
@@ -34,7 +34,6 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .elastic import Layout, Level, build_layout, check_positions, replan
 from .errors import (
     CorruptFileError,
     MetadataMismatchError,
@@ -48,9 +47,9 @@ from .format.metadata import DatasetMeta, load_metadata
 from .format.validate import inside_root
 from .format.video import VideoReader, decoded_in_this_process
 from .hub import resolve_dataset
-from .items import ItemBuilder, ItemOptions, to_float
-from .plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
-from .schedule import (
+from .index.elastic import Layout, Level, build_layout, check_positions, replan
+from .index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
+from .index.schedule import (
     Group,
     Schedule,
     ScheduleConfig,
@@ -58,9 +57,10 @@ from .schedule import (
     resume_point,
     worker_batches_done,
 )
-from .skips import SkipLog
+from .items import ItemBuilder, ItemOptions, to_float
 from .splits import EpisodeSelection, select_episodes
-from .state import MAX_STATE_INT, MAX_WORKERS, ResumeState, StreamCursor
+from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState, StreamCursor
+from .state.skips import SkipLog
 
 if TYPE_CHECKING:
     from .tracker import CursorTracker
@@ -159,7 +159,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         resume_state: a state from :meth:`CursorTracker.state_dict` (or the dataset's own
             :meth:`state_dict`); takes precedence over ``resume_step``. It may come from a run
             with other ``num_workers``, ranks or ``batch_size``: the interrupted epoch's
-            leftover is then re-partitioned (elastic resume, :mod:`robo_resume.elastic`).
+            leftover is then re-partitioned (elastic resume, :mod:`robo_resume.index.elastic`).
             ``resume_step`` alone assumes the topology and batch size are unchanged.
         resume_strict: False logs fingerprint mismatches between ``resume_state`` and this
             dataset as warnings instead of raising (an explicit escape hatch: resuming a state
@@ -716,8 +716,8 @@ class ChunkedEpisodeDataset(IterableDataset):
 
         ``room()`` is the largest block the consumer wants next (blocks never cross it);
         ``into`` (a :class:`_BatchTarget`) takes the cameras' frames straight into its buffers.
-        ``sched`` is a :class:`~robo_resume.elastic.Layout` (a remainder epoch after an elastic
-        resume, then the schedule's epochs) or a plain :class:`Schedule`.
+        ``sched`` is a :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after an
+        elastic resume, then the schedule's epochs) or a plain :class:`Schedule`.
         """
         layout = sched if isinstance(sched, Layout) else Layout(sched)
         while True:

@@ -71,9 +71,9 @@ from .dataset import (
     worker_context,
 )
 from .errors import DatasetFormatError, ResumeStateError, describe
-from .schedule import Topology, worker_batches_done
+from .index.schedule import Topology, worker_batches_done
 from .splits import EpisodeSelection
-from .state import ResumeState, StreamCursor, library_version
+from .state.resume import ResumeState, StreamCursor, library_version
 
 __all__ = ["EXHAUSTED", "MIX_KEY", "MixSource", "MixState", "MixTracker", "MixedDataset"]
 

@@ -6,7 +6,7 @@ Every item of a :class:`~robo_resume.dataset.ChunkedEpisodeDataset` carries a cu
 returns the batch without the cursor key (so models see exactly lerobot's keys). Prefetched
 batches that never reached the loop are not recorded, so the saved state never skips them.
 
-After an elastic resume (:mod:`robo_resume.elastic`) the cursors of the first epoch count
+After an elastic resume (:mod:`robo_resume.index.elastic`) the cursors of the first epoch count
 frames of the *remainder epoch*; the state then carries the chain it is recomputed from, until
 (in epoch mode) every stream has finished that epoch. ``batches`` counts from the elastic
 resume (the new topology's own count).
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import ResumeStateError, describe
-from .schedule import Topology
-from .state import ResumeState, StreamCursor
+from .index.schedule import Topology
+from .state.resume import ResumeState, StreamCursor
 
 if TYPE_CHECKING:
     from .dataset import ChunkedEpisodeDataset
@@ -122,7 +122,7 @@ class CursorTracker:
 
         for r in batch.get(SKIPPED_KEY) or ():
             r = {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in r.items()}
-            self._skipped.append(r)  # logged by the loader (robo_resume.skips), not here
+            self._skipped.append(r)  # logged by the loader (robo_resume.state.skips), not here
 
     @property
     def skipped(self) -> tuple[dict[str, Any], ...]:

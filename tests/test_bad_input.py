@@ -191,7 +191,7 @@ def test_huge_length_everywhere_is_refused_quickly(copy, version):
 
 @pytest.mark.timeout(10)
 def test_plan_size_is_bounded_before_allocating():
-    from robo_resume.plan import MAX_PLAN_CHUNKS, EpisodeSpan, make_chunks
+    from robo_resume.index.plan import MAX_PLAN_CHUNKS, EpisodeSpan, make_chunks
 
     spans = [EpisodeSpan(e, e * 2**27, 2**27) for e in range(4)]
     with pytest.raises(

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, ResumeStateError
-from robo_resume.elastic import Level, build_layout, leftover, replan, stream_lengths
-from robo_resume.plan import EpisodeSpan, make_chunks
-from robo_resume.schedule import ScheduleConfig, Topology
+from robo_resume.index.elastic import Level, build_layout, leftover, replan, stream_lengths
+from robo_resume.index.plan import EpisodeSpan, make_chunks
+from robo_resume.index.schedule import ScheduleConfig, Topology
 from robo_resume.state import ResumeState, StreamCursor
 
 LENGTHS = (23, 41, 17, 30, 9, 26)

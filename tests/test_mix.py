@@ -289,9 +289,22 @@ def test_mix_train_val_example_crash_and_resume(tmp_path):
     assert {s: v[-1] for s, v in got.items()} == want  # what was trained equals the full run
     assert [len(got[s]) for s in (8, 9, 10, 11)] == [1, 2, 2, 1]  # steps 9, 10 ran twice
     assert {src for src, _ in want.values()} == {0, 1}  # both datasets in the mix
-    # the same model after the resume: identical validation losses
-    val = [line for line in want_out.splitlines() if "val loss" in line]
-    assert len(val) == 3 and val[1:] == [x for x in got_out.splitlines() if "val loss" in x]
+
+    # the same model after the resume: the same validation losses. To float32 rounding only:
+    # once in a few dozen runs under load the last printed digit differed (102.80956 against
+    # 102.80953) though the frames trained on were equal (checked above); another frame or
+    # another order moves these losses by whole units.
+    def losses(out):
+        return [
+            (line.split(":")[0], [float(v) for v in line.split("val loss ")[1].split(", ")])
+            for line in out.splitlines()
+            if "val loss" in line
+        ]
+
+    want_val, got_val = losses(want_out), losses(got_out)
+    assert len(want_val) == 3 and [s for s, _ in got_val] == [s for s, _ in want_val[1:]]
+    for (step, w), (_, g) in zip(want_val[1:], got_val, strict=True):
+        assert g == pytest.approx(w, rel=1e-6), f"{step}: val loss {g} after resume, {w} in full"
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from robo_resume.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
-from robo_resume.schedule import (
+from robo_resume.index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
+from robo_resume.index.schedule import (
     Schedule,
     ScheduleConfig,
     Topology,
@@ -163,8 +163,8 @@ def test_deterministic_and_seed_dependent():
 
 def test_deterministic_across_processes():
     code = (
-        "from robo_resume.plan import make_chunks, EpisodeSpan as E;"
-        "from robo_resume.schedule import Schedule, ScheduleConfig as C, Topology as T;"
+        "from robo_resume.index.plan import make_chunks, EpisodeSpan as E;"
+        "from robo_resume.index.schedule import Schedule, ScheduleConfig as C, Topology as T;"
         "ch = make_chunks([E(0,0,37), E(1,37,52), E(2,89,29)], 8);"
         "s = Schedule(ch, C(seed=5, batch_size=3), T(2, 2));"
         "print([s.frame_indices(2, k).tolist() for k in range(4)])"

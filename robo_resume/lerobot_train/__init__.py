@@ -20,7 +20,7 @@ What it replaces:
    state of every rank, and the data options. ``--resume=true`` continues the data exactly
    where the checkpoint's step left it; with another ``--num_workers``, ``--batch_size`` or
    number of processes the interrupted epoch's leftover is re-partitioned (elastic resume,
-   :mod:`robo_resume.elastic`). A checkpoint written by plain ``lerobot-train`` resumes with a
+   :mod:`robo_resume.index.elastic`). A checkpoint written by plain ``lerobot-train`` resumes with a
    warning saying what is exact and what is not.
 3. **Randomness.** lerobot restores the RNG state and then builds its DataLoader, whose
    iterator draws its base seed from the global torch RNG: the resumed run's dropout and VAE

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import ResumeStateError, describe
-from ..state import library_version as version
+from ..state.resume import library_version as version
 from .options import DATA_DIR, DATA_STATE, OPTIONS, RNG_RANK, MixOptions
 
 

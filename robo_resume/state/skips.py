@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import format_ranges
+from ..errors import format_ranges
 
 __all__ = ["SkipLog"]
 

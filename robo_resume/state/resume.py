@@ -21,7 +21,7 @@ Versions (the rule :meth:`ResumeState.from_dict` applies):
   :meth:`ResumeState.check_fingerprint` logs one WARNING naming both versions.
 
 Elastic resume (version 3): a state saved during a *remainder epoch* (the first epoch after a
-resume with another topology or batch size, see :mod:`robo_resume.elastic`) has cursors that
+resume with another topology or batch size, see :mod:`robo_resume.index.elastic`) has cursors that
 count frames of that remainder epoch. Its ``elastic`` entry says so: ``{"epoch": X, "origin":
 [level, ...]}``, where ``X`` labels the remainder epoch and each level is ``{"world_size",
 "num_workers", "batch_size", "epoch", "cursors"}`` of an earlier run, oldest first, so the
@@ -36,8 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .elastic import Level
-from .errors import ResumeStateError, describe
+from .._version import __version__
+from ..errors import ResumeStateError, describe
+from ..index.elastic import Level
 
 __all__ = [
     "MAX_STATE_INT",
@@ -111,10 +112,8 @@ def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) 
 
 
 def library_version() -> str:
-    """``robo_resume.__version__`` (read when called: the package imports this module)."""
-    import robo_resume  # the package is fully imported by the time a state is built
-
-    return str(getattr(robo_resume, "__version__", UNKNOWN_LIBRARY_VERSION))
+    """``robo_resume.__version__``, the version that writes states now."""
+    return __version__
 
 
 def _int(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_STATE_INT) -> int:
@@ -213,7 +212,7 @@ class ResumeState:
 
     @property
     def level(self) -> Level:
-        """This state as the newest :class:`~robo_resume.elastic.Level` of its chain."""
+        """This state as the newest :class:`~robo_resume.index.elastic.Level` of its chain."""
         return Level(
             self.world_size,
             self.num_workers,

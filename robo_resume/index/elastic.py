@@ -2,7 +2,7 @@
 
 A run can resume with another number of DataLoader workers, ranks or another batch size than
 the run that saved the state. Nothing is read or decoded; everything is arithmetic over the
-schedule (:mod:`robo_resume.schedule`):
+schedule (:mod:`robo_resume.index.schedule`):
 
 1. **Leftover.** The saved state holds the cursor ``(epoch, position)`` of every stream of the
    interrupted run (all ranks, after the tracker's gather). Let ``X`` be the newest epoch a
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ResumeStateError, describe
+from ..errors import ResumeStateError, describe
 from .plan import Chunk
 from .schedule import Group, Schedule, ScheduleConfig, Segment, Topology
 
@@ -161,7 +161,7 @@ class Remainder:
 class Layout:
     """What each stream of one topology emits: normal epochs, plus an optional remainder epoch.
 
-    Duck-compatible with the parts of :class:`~robo_resume.schedule.Schedule` the dataset
+    Duck-compatible with the parts of :class:`~robo_resume.index.schedule.Schedule` the dataset
     uses per epoch (:meth:`length`, :meth:`iter_groups`).
     """
 

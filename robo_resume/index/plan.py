@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import DatasetFormatError, describe
+from ..errors import DatasetFormatError, describe
 
 __all__ = ["MAX_PLAN_CHUNKS", "Chunk", "EpisodeSpan", "make_chunks", "plan_fingerprint"]
 
