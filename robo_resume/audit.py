@@ -81,7 +81,7 @@ def consume(
     if trackers is not None:
         trackers.append(tracker)
     loader = ds.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
-    from .dataset import CURSOR_KEY
+    from .keys import CURSOR_KEY
 
     batches: list[tuple[int, list[int]]] = []
     for _ in range(epochs):

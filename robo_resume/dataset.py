@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,12 +58,11 @@ from .index.schedule import (
     worker_batches_done,
 )
 from .items import ItemBuilder, ItemOptions, to_float
+from .keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from .splits import EpisodeSelection, select_episodes
 from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState, StreamCursor
 from .state.skips import SkipLog
-
-if TYPE_CHECKING:
-    from .tracker import CursorTracker
+from .tracker import CursorTracker
 
 __all__ = [
     "CURSOR_KEY",
@@ -78,24 +77,12 @@ __all__ = [
 
 logger = logging.getLogger("robo_resume")
 
-CURSOR_KEY = "robo_resume_cursor"
-"""Item key of the cursor: int64 ``[rank, role, num_workers, epoch, position]``."""
-
 RING = 4
 """Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
 reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory costs more per
 frame than decoding it at 480x640, because the kernel faults in and zeroes every page."""
-RELEASE_KEY = "_robo_resume_release"
-"""Batch entry ``(slot, token)`` naming the worker's ring buffer the batch's cameras live in;
-:class:`BatchLoader`'s iterator removes it and frees the slot when the batch is dropped."""
-
 ON_ERROR = ("raise", "skip")
 """Values of ``ChunkedEpisodeDataset(on_error=...)``."""
-
-SKIPPED_KEY = "robo_resume_skipped"
-"""Batch key (only in batches that skip a chunk): a list of skip records, one dict per chunk
-with ``epoch, chunk, episode, start`` (the segment's first frame), ``frame`` (the first skipped
-one), ``stop``, ``rank, role, file, error``. :meth:`CursorTracker.consume` records and strips it."""
 
 SKIP_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
 """Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
@@ -902,8 +889,6 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     def tracker(self) -> CursorTracker:
         """A :class:`CursorTracker` for batches of this dataset."""
-        from .tracker import CursorTracker
-
         return CursorTracker(self)
 
     def __repr__(self) -> str:

@@ -22,9 +22,10 @@ import torch
 
 from .errors import ResumeStateError, describe
 from .index.schedule import Topology
+from .keys import CURSOR_KEY, SKIPPED_KEY
 from .state.resume import ResumeState, StreamCursor
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the tracker takes any dataset with these methods
     from .dataset import ChunkedEpisodeDataset
 
 __all__ = ["CursorTracker"]
@@ -41,8 +42,6 @@ class CursorTracker:
     """
 
     def __init__(self, dataset: ChunkedEpisodeDataset) -> None:
-        from .dataset import CURSOR_KEY
-
         self.dataset = dataset
         self.key = CURSOR_KEY
         self.num_workers: int | None = None
@@ -118,8 +117,6 @@ class CursorTracker:
         self._record_skips(batch)
 
     def _record_skips(self, batch: Mapping[str, Any]) -> None:
-        from .dataset import SKIPPED_KEY
-
         for r in batch.get(SKIPPED_KEY) or ():
             r = {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in r.items()}
             self._skipped.append(r)  # logged by the loader (robo_resume.state.skips), not here
@@ -159,8 +156,6 @@ class CursorTracker:
         With ``on_error="skip"`` a batch can hold fewer frames than ``batch_size``, even
         none (``len(batch["index"]) == 0``): skip such a batch in the training step.
         """
-        from .dataset import SKIPPED_KEY
-
         self.update(batch)
         return {k: v for k, v in batch.items() if k != self.key and k != SKIPPED_KEY}
 
