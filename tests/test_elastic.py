@@ -249,11 +249,11 @@ def test_refuses_a_split_without_equal_batch_counts(root):
 def test_state_round_trip_and_v2_migration(root, caplog):
     _, state = run(make(root, batch_size=7), num_workers=0, stop_after=2)
     _, s2 = run(make(root, batch_size=5, resume_state=state), num_workers=0, stop_after=1)
-    assert ResumeState.from_dict(s2).to_dict() == s2 and s2["version"] == 3
-    v2 = {k: v for k, v in state.items() if k != "elastic"} | {"version": 2}
+    assert ResumeState.from_dict(s2).to_dict() == s2 and s2["version"] == 4
+    v2 = {k: v for k, v in state.items() if k not in ("elastic", "kind")} | {"version": 2}
     caplog.set_level(logging.INFO, logger="robo_resume")
     assert ResumeState.from_dict(v2).to_dict() == state
-    assert "from format version 2 to 3" in caplog.text
+    assert "from format version 2 to 4" in caplog.text
     with pytest.raises(ResumeStateError, match=r"Invalid resume state field 'elastic'"):
         ResumeState.from_dict({**s2, "elastic": {"epoch": 0, "origin": []}})
 

@@ -127,7 +127,8 @@ def test_resume_stop_exact_over_epochs(roots, num_workers):
 def test_state_records_each_source_position(roots):
     run, state = consume(lambda **k: make_mix(roots, seed=0, **k), num_workers=0, stop_after=9)
     frames = [sum(len(b) for s, b in run if s == i) for i in (0, 1)]
-    assert state["format"] == "robo_resume.mix_state" and state["mix"] == [[0, 0, 0, 9]]
+    assert (state["format"], state["kind"], state["version"]) == ("robo_resume.state", "mix", 4)
+    assert state["mix"] == [[0, 0, 0, 9]]
     mix = make_mix(roots, seed=0)
     for i, src in enumerate(state["sources"]):
         assert src["format"] == "robo_resume.state"
@@ -176,8 +177,10 @@ def test_changed_weight_on_resume_is_refused(roots):
     mix = make_mix(roots, seed=0, resume_state=state)
     with pytest.raises(ResumeStateError, match=r"different topology.*num_workers=2"):
         next(iter(mix.dataloader(num_workers=2)))
-    with pytest.raises(ResumeStateError, match=r"not a robo_resume mix state"):
+    with pytest.raises(ResumeStateError, match=r"state of one dataset, not of a MixedDataset"):
         make_mix(roots, resume_state=state["sources"][0])
+    with pytest.raises(ResumeStateError, match=r"not a robo_resume mix state"):
+        make_mix(roots, resume_state={"format": "x"})
 
 
 def test_feature_mismatch_errors(roots, factory):

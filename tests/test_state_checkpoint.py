@@ -58,7 +58,7 @@ def saved(tab_root):
 
 
 def test_state_records_format_and_library_version(saved):
-    assert saved["version"] == STATE_VERSION == 3
+    assert saved["version"] == STATE_VERSION == 4 and saved["kind"] == "dataset"
     assert saved["library_version"] == robo_resume.__version__
     state = ResumeState.from_dict(json.dumps(saved))
     assert state.to_dict() == saved
@@ -72,7 +72,7 @@ def test_v1_state_is_migrated_and_logged(tab_root, saved, caplog):
     state = ResumeState.from_dict(v1)
     assert state.library_version == "unknown"
     assert state.to_dict()["version"] == STATE_VERSION
-    assert "migrated a resume state from format version 1 to 3" in caplog.text
+    assert f"migrated a resume state from format version 1 to {STATE_VERSION}" in caplog.text
     ds = ChunkedEpisodeDataset(tab_root, **KW, resume_state=v1)  # resumes like the v2 state
     assert ds.start_point(0) == ChunkedEpisodeDataset(
         tab_root, **KW, resume_state=saved
@@ -83,7 +83,7 @@ def test_future_state_version_is_refused(saved):
     future = {**saved, "version": STATE_VERSION + 1, "library_version": "9.0.0"}
     with pytest.raises(
         ResumeStateError,
-        match=r"Unsupported resume state version.*Expected version 1 to 3.*Found version 4, "
+        match=r"Unsupported resume state version.*Expected version 1 to 4.*Found version 5, "
         r"written by robo_resume 9\.0\.0.*Fix: upgrade robo_resume to 9\.0\.0 or newer",
     ):
         ResumeState.from_dict(future)
@@ -101,7 +101,7 @@ def test_other_library_version_is_accepted_and_logged(tab_root, saved, caplog):
     ds = ChunkedEpisodeDataset(tab_root, **KW, resume_state=other)
     assert ds.resume_state.library_version == "0.0.1"
     assert "written by robo_resume 0.0.1, this is robo_resume 0.1.0" in caplog.text
-    assert "format version 3" in caplog.text
+    assert f"format version {STATE_VERSION}" in caplog.text
     caplog.clear()
     ChunkedEpisodeDataset(tab_root, **KW, resume_state=saved)
     assert caplog.text == ""
@@ -302,7 +302,7 @@ ZYGOTE = textwrap.dedent(
 )
 
 
-def _gone(pid: int, timeout: float = 5.0) -> None:
+def _gone(pid: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -316,6 +316,8 @@ def _gone(pid: int, timeout: float = 5.0) -> None:
 def _expected(log: Path, kind: str, before: int) -> set[int]:
     """Steps the file may hold: the last completed save's, or the one in flight."""
     done, started = before, None
+    if not log.exists():  # killed before the saver wrote its first line (a slow fork under load)
+        return {done}
     for line in log.read_text().splitlines():
         k, what, step = line.split()
         if what != kind:
@@ -346,7 +348,7 @@ def _check_state(path: Path, allowed: set[int]) -> int:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_sigkill_while_saving_never_breaks_files(tmp_path):
     ckpt, state = tmp_path / "ckpt.pt", tmp_path / "state.json"
     save_checkpoint({"step": 0, "weights": torch.zeros(1 << 20, dtype=torch.int32)}, ckpt)
@@ -369,11 +371,9 @@ def test_sigkill_while_saving_never_breaks_files(tmp_path):
     )
     rng = random.Random(1234)
     kills, torn_writes, steps = 0, 0, {"ckpt": 0, "state": 0}
-    t0 = time.monotonic()
     try:
         assert zygote.stdout.readline().strip() == "ready"
-        start = time.monotonic()
-        while kills < 40 and time.monotonic() - start < 30:
+        while kills < 40:  # by count, not by time: a loaded CI machine only makes it slower
             log = tmp_path / f"log{kills}.txt"
             zygote.stdin.write(f"{max(steps.values()) + 1} {ckpt} {state} {log}\n")
             zygote.stdin.flush()
@@ -393,8 +393,7 @@ def test_sigkill_while_saving_never_breaks_files(tmp_path):
         zygote.stdin.close()
         zygote.kill()
         zygote.wait()
-    assert kills >= 30
-    assert time.monotonic() - t0 < 40
+    assert kills == 40
     assert torn_writes >= 1, "no kill landed during a write; the test proves nothing"
     assert steps["ckpt"] >= 10, "the savers made no progress"
     # The next successful save removes the leftovers of the killed savers.

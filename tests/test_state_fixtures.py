@@ -96,3 +96,43 @@ def test_elastic_state_resumes_every_frame_once(roots):
     epoch, _ = consume(make, epochs=1, num_workers=2)
     want = Counter(i for _, b in epoch for i in b)
     assert seen == want, "the elastic resume from the old state lost or replayed frames"
+
+
+def test_old_states_migrate_to_one_format(caplog):
+    """Both old formats load as version 4 of one format: kind 'dataset' or 'mix' (the mix nests
+    its sources' dataset states), each migration logged once at INFO."""
+    from robo_resume.state import STATE_VERSION, ResumeState
+    from robo_resume.state.mix import MixState
+
+    caplog.set_level("INFO", logger="robo_resume")
+    single = ResumeState.from_dict(load("dataset_v3_w2.json")).to_dict()
+    assert (single["format"], single["version"], single["kind"]) == (
+        "robo_resume.state",
+        STATE_VERSION,
+        "dataset",
+    )
+    assert "migrated a resume state from format version 3 to 4" in caplog.text
+    mix = MixState.from_dict(load("mix_v1_w2.json")).to_dict()
+    assert (mix["format"], mix["version"], mix["kind"]) == ("robo_resume.state", 4, "mix")
+    assert [s["kind"] for s in mix["sources"]] == ["dataset", "dataset"]
+    assert "migrated a mix state from format 'robo_resume.mix_state' version 1" in caplog.text
+    assert MixState.from_dict(mix).to_dict() == mix  # the new format reads back unchanged
+
+
+def test_a_state_of_the_other_kind_names_the_right_class(roots):
+    from robo_resume.errors import ResumeStateError
+
+    a, b = roots
+    mix_state = load("mix_v1_w0.json")
+    with pytest.raises(
+        ResumeStateError,
+        match=r"state of a MixedDataset, not of one dataset.*"
+        r"Fix: resume the MixedDataset it was saved from",
+    ):
+        ChunkedEpisodeDataset(a, batch_size=4, seed=3, resume_state=mix_state)
+    with pytest.raises(
+        ResumeStateError,
+        match=r"state of one dataset, not of a MixedDataset.*"
+        r"Fix: resume the ChunkedEpisodeDataset it was saved from",
+    ):
+        M.make_mix(a, b, seed=5, exhausted="cycle", resume_state=load("dataset_v3_w0.json"))

@@ -12,13 +12,20 @@ Versions (the rule :meth:`ResumeState.from_dict` applies):
 - ``version`` is the state *format* version, :data:`STATE_VERSION`. It changes whenever the
   meaning of a state changes: its keys, or the plan or schedule algorithms that turn a cursor
   into frames. A state of the current version is accepted. A version 1 state (no
-  ``library_version``) and a version 2 state (no ``elastic``) are migrated to version 3, which
-  logs one INFO line on the ``robo_resume`` logger. Any other version (0, a future version,
-  not an int) is refused with :class:`~robo_resume.errors.ResumeStateError`.
+  ``library_version``), a version 2 state (no ``elastic``) and a version 3 state (no ``kind``)
+  are migrated to version 4, which logs one INFO line on the ``robo_resume`` logger. Any other
+  version (0, a future version, not an int) is refused with
+  :class:`~robo_resume.errors.ResumeStateError`.
 - ``library_version`` is the ``robo_resume.__version__`` that wrote the state. Because any
   change of the order bumps :data:`STATE_VERSION`, a state from another library version with
   the same format version resumes the same frames: it is accepted, and
   :meth:`ResumeState.check_fingerprint` logs one WARNING naming both versions.
+
+One format for every kind of run (version 4): ``kind`` is ``"dataset"`` for a
+:class:`ResumeState` (one dataset's streams) and ``"mix"`` for a
+:class:`robo_resume.state.mix.MixState`, which nests one dataset state per source, as a weighted
+sampler's state nests its children's. A state of one kind given where the other is expected is
+refused with a message that names the right class.
 
 Elastic resume (version 3): a state saved during a *remainder epoch* (the first epoch after a
 resume with another topology or batch size, see :mod:`robo_resume.index.elastic`) has cursors that
@@ -41,8 +48,11 @@ from ..errors import ResumeStateError, describe
 from ..index.elastic import Level
 
 __all__ = [
+    "KIND_DATASET",
+    "KIND_MIX",
     "MAX_STATE_INT",
     "MAX_WORKERS",
+    "OLD_MIX_FORMAT",
     "STATE_FORMAT",
     "STATE_VERSION",
     "ResumeState",
@@ -53,8 +63,18 @@ __all__ = [
 logger = logging.getLogger("robo_resume")
 
 STATE_FORMAT = "robo_resume.state"
-STATE_VERSION = 3
-"""Format version of :meth:`ResumeState.to_dict`; 2 added ``library_version``, 3 ``elastic``."""
+STATE_VERSION = 4
+"""Format version of every state; 2 added ``library_version``, 3 ``elastic``, 4 ``kind`` (and
+the mix state became this format, see :mod:`robo_resume.state.mix`)."""
+
+KIND_DATASET = "dataset"
+"""``kind`` of a :class:`ResumeState`."""
+
+KIND_MIX = "mix"
+"""``kind`` of a :class:`robo_resume.state.mix.MixState`."""
+
+OLD_MIX_FORMAT = "robo_resume.mix_state"
+"""``format`` of mix states before version 4 (their own ``version`` 1); migrated on load."""
 
 UNKNOWN_LIBRARY_VERSION = "unknown"
 """``library_version`` of a state migrated from format version 1 (which did not record it)."""
@@ -271,6 +291,7 @@ class ResumeState:
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
+            "kind": KIND_DATASET,
             "library_version": self.library_version,
             "fingerprint": dict(self.fingerprint),
             "world_size": self.world_size,
@@ -303,7 +324,7 @@ class ResumeState:
     def from_dict(cls, data: Mapping[str, Any] | str | bytes | ResumeState) -> ResumeState:
         """Parse and validate a dict made by :meth:`to_dict` (or a JSON string of one).
 
-        Version 1 states are migrated (logged at INFO); other versions are refused. Raises
+        Versions 1 to 3 are migrated (logged at INFO); other versions are refused. Raises
         :class:`~robo_resume.errors.ResumeStateError` naming what is wrong and the fix.
         """
         if isinstance(data, ResumeState):
@@ -319,17 +340,39 @@ class ResumeState:
                         found=f"{type(exc).__name__}: {exc}",
                     )
                 ) from exc
+        if isinstance(data, Mapping) and (
+            data.get("format") == OLD_MIX_FORMAT or data.get("kind") == KIND_MIX
+        ):
+            raise ResumeStateError(
+                describe(
+                    "This is the state of a MixedDataset, not of one dataset",
+                    expected="a dataset state (kind 'dataset', from CursorTracker.state_dict())",
+                    found="a mix state (kind 'mix', from MixTracker.state_dict())",
+                    fix="resume the MixedDataset it was saved from with it: "
+                    "MixedDataset(..., resume_state=state)",
+                )
+            )
         if not isinstance(data, Mapping) or data.get("format") != STATE_FORMAT:
             raise ResumeStateError(
                 describe(
                     "This is not a robo_resume state",
                     expected=f"a dict with format={STATE_FORMAT!r} (from tracker.state_dict())",
                     found=repr(data)[:120],
-                    fix="pass the value saved from CursorTracker.state_dict() or "
-                    "ChunkedEpisodeDataset.resume_state_from(...)",
+                    fix="pass the value saved from CursorTracker.state_dict() (or the "
+                    "ds.dataloader() loader's state_dict()), or load_state(path) of a file "
+                    "written by save_state",
                 )
             )
         data = _migrate(data)
+        if data.get("kind") != KIND_DATASET:
+            raise ResumeStateError(
+                describe(
+                    "Invalid resume state field 'kind'",
+                    expected=f"{KIND_DATASET!r} or {KIND_MIX!r}",
+                    found=repr(data.get("kind"))[:80],
+                    fix="pass the unmodified dict from CursorTracker.state_dict()",
+                )
+            )
         missing = [k for k in _KEYS if k not in data]
         if missing:
             raise ResumeStateError(
@@ -577,6 +620,13 @@ def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
     version = data.get("version")
     if version == STATE_VERSION and not isinstance(version, bool):
         return data
+    if version == 3 and not isinstance(version, bool):
+        logger.info(
+            "resume: migrated a resume state from format version 3 to %d (adds kind 'dataset'; "
+            "the frames are the same)",
+            STATE_VERSION,
+        )
+        return {**data, "version": STATE_VERSION, "kind": KIND_DATASET}
     if version == 1 and not isinstance(version, bool):
         logger.info(
             "resume: migrated a resume state from format version 1 to %d (it does not record "
@@ -586,6 +636,7 @@ def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
         return {
             **data,
             "version": STATE_VERSION,
+            "kind": KIND_DATASET,
             "library_version": UNKNOWN_LIBRARY_VERSION,
             "elastic": None,
         }
@@ -595,7 +646,7 @@ def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
             "remainder epoch)",
             STATE_VERSION,
         )
-        return {**data, "version": STATE_VERSION, "elastic": None}
+        return {**data, "version": STATE_VERSION, "kind": KIND_DATASET, "elastic": None}
     lib = data.get("library_version")
     newer = isinstance(version, int) and not isinstance(version, bool) and version > STATE_VERSION
     raise ResumeStateError(
