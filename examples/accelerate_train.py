@@ -23,9 +23,8 @@ import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import send_to_device
 
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, make_dataset
 from robo_resume.demo import TinyPolicy
-from robo_resume.testing import make_dataset
 
 
 def main(argv=None) -> None:

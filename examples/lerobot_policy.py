@@ -14,8 +14,7 @@ import tempfile
 
 import torch
 
-from robo_resume import ChunkedEpisodeDataset
-from robo_resume.testing import make_dataset
+from robo_resume import ChunkedEpisodeDataset, make_dataset
 
 
 def main(argv=None) -> None:

@@ -20,12 +20,16 @@ from pathlib import Path
 
 import torch
 
-from robo_resume import StreamTuning
-from robo_resume.checkpoint import load_checkpoint, save_checkpoint
+from robo_resume import (
+    MixedDataset,
+    MixSource,
+    Split,
+    StreamTuning,
+    load_checkpoint,
+    make_dataset,
+    save_checkpoint,
+)
 from robo_resume.demo import TinyPolicy
-from robo_resume.mix import MixedDataset, MixSource
-from robo_resume.splits import Split
-from robo_resume.testing import make_dataset
 
 TOP = "observation.images.top"
 KEYS = (

@@ -12,8 +12,7 @@ import tempfile
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from robo_resume import ChunkedEpisodeDataset, worker_context
-from robo_resume.testing import make_dataset
+from robo_resume import ChunkedEpisodeDataset, make_dataset, worker_context
 
 
 def main() -> None:

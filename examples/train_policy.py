@@ -16,11 +16,9 @@ from pathlib import Path
 
 import torch
 
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, load_checkpoint, make_dataset, save_checkpoint
 from robo_resume.audit import epochs_started
-from robo_resume.checkpoint import load_checkpoint, save_checkpoint
 from robo_resume.demo import TinyPolicy
-from robo_resume.testing import make_dataset
 
 
 def main(argv=None) -> None:

@@ -1,15 +1,22 @@
 """robo_resume: stream LeRobot datasets in chunks to PyTorch, resume crashed runs exactly.
 
-Public API (everything else is internal and may change):
+Public API: the names in ``__all__`` (everything else is internal and may change; the README and
+the examples import only these, which tests/test_public_api.py checks):
 
-- :class:`ChunkedEpisodeDataset`: the streaming ``IterableDataset`` with arithmetic resume.
-- :class:`CursorTracker`: records consumed cursors in the training loop; its state resumes.
-- :class:`LeRobotReader`: random-access reader with ``LeRobotDataset``-compatible items.
-- :class:`ResumeState`, :class:`StreamTuning`, :func:`load_metadata`, :data:`CURSOR_KEY`.
-- Errors: :mod:`robo_resume.errors`. Synthetic datasets: :mod:`robo_resume.testing`.
+- Streaming: :class:`ChunkedEpisodeDataset` (arithmetic resume), :class:`StreamTuning`,
+  :class:`CursorTracker` (records consumed cursors; its state resumes), :class:`MixedDataset`
+  and :class:`MixSource` (weighted mixes), :class:`LeRobotReader` (random access).
+- Selection: :class:`Split`, :func:`split_episodes`, :func:`check_files`,
+  :func:`readable_episodes`.
+- State and checkpoints: :class:`ResumeState`, :func:`save_checkpoint`, :func:`load_checkpoint`,
+  :func:`save_state`, :func:`load_state`.
+- Metadata: :func:`load_metadata`, :class:`DatasetMeta`; :data:`CURSOR_KEY`.
+- Synthetic datasets with known ground truth: :func:`make_dataset`.
+- Errors: :class:`RoboResumeError` and its subclasses.
 """
 
 from ._version import __version__
+from .checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
 from .dataset import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning, worker_context
 from .errors import (
     CorruptFileError,
@@ -22,9 +29,13 @@ from .errors import (
     UnsupportedVersionError,
     VideoDecodeError,
 )
+from .files import check_files, readable_episodes
 from .format.metadata import DatasetMeta, load_metadata
+from .mix import MixedDataset, MixSource
 from .reader import LeRobotReader
+from .splits import Split, split_episodes
 from .state.resume import ResumeState
+from .testing import make_dataset
 from .tracker import CursorTracker
 
 __all__ = [
@@ -37,14 +48,25 @@ __all__ = [
     "LeRobotReader",
     "MetadataMismatchError",
     "MissingFileError",
+    "MixSource",
+    "MixedDataset",
     "ResumeState",
     "ResumeStateError",
     "RoboResumeError",
+    "Split",
     "StreamTuning",
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "VideoDecodeError",
     "__version__",
+    "check_files",
+    "load_checkpoint",
     "load_metadata",
+    "load_state",
+    "make_dataset",
+    "readable_episodes",
+    "save_checkpoint",
+    "save_state",
+    "split_episodes",
     "worker_context",
 ]
