@@ -1,0 +1,130 @@
+"""The ``robo-resume`` command line.
+
+Commands: ``demo`` (the README's main job), ``inspect``, ``plan``, ``verify``, ``bench``, and
+``train`` (lerobot-train's pipeline with robo_resume's data path, :mod:`robo_resume.lerobot_train`;
+it takes lerobot-train's own flags). Every command but ``train`` takes ``--json`` for scripts.
+Exit codes: 0 ok, 1 a check found a failure (frames
+replayed or lost, missing files), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import RoboResumeError
+from .bench import cmd_bench
+from .common import EPISODES_HELP, ON_ERROR_HELP, USAGE, _message
+from .demo import cmd_demo
+from .inspect import cmd_inspect
+from .plan import cmd_plan
+from .verify import cmd_verify
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``robo-resume`` command."""
+    p = argparse.ArgumentParser(
+        prog="robo-resume",
+        description="Stream LeRobot datasets in chunks and resume crashed training exactly.",
+        epilog="exit codes: 0 ok, 1 a check failed, 2 usage or input error",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, help_, func):
+        c = sub.add_parser(name, help=help_, description=help_)
+        c.add_argument("--json", action="store_true", help="print JSON instead of text")
+        c.set_defaults(func=func)
+        return c
+
+    def data_opts(c, workers=2, batch=8):
+        c.add_argument("--num-workers", type=int, default=workers)
+        c.add_argument("--batch-size", type=int, default=batch)
+        c.add_argument("--seed", type=int, default=0)
+        c.add_argument("--chunk-frames", type=int, default=64)
+        c.add_argument("--episodes", help=EPISODES_HELP)
+
+    d = command(
+        "demo",
+        "train a tiny policy, SIGKILL it, resume from its checkpoint, check "
+        "that no frame was replayed or lost",
+        cmd_demo,
+    )
+    d.add_argument("--root", help="use this LeRobot dataset instead of generating one")
+    d.add_argument("--out", help="folder for generated files (default: a temp folder)")
+    d.add_argument("--batch-size", type=int, default=16)
+    d.add_argument("--num-workers", type=int, default=2)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--epochs", type=int, default=2)
+    d.add_argument("--chunk-frames", type=int, default=32)
+    d.add_argument("--checkpoint-every", type=int, default=10)
+    d.add_argument("--kill-seed", type=int, default=None, help="seed of the random kill step")
+    d.add_argument("--episodes", help=EPISODES_HELP)
+    d.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
+    d.add_argument("--slow", type=float, default=0.01, help=argparse.SUPPRESS)
+
+    i = command(
+        "inspect",
+        "summarise a dataset: version, episodes, cameras, codecs found in "
+        "the containers, keyframe interval, missing or unreadable files",
+        cmd_inspect,
+    )
+    i.add_argument("root")
+
+    pl = command(
+        "plan",
+        "print each stream's resume cursor after --step batches, without reading data",
+        cmd_plan,
+    )
+    pl.add_argument("root")
+    pl.add_argument("--step", type=int, required=True, help="batches this rank delivered")
+    data_opts(pl)
+    pl.add_argument("--world-size", type=int, default=1)
+    pl.add_argument("--infinite", action="store_true")
+
+    v = command(
+        "verify",
+        "crash real DataLoaders and resume them; count replayed and lost frames per scenario",
+        cmd_verify,
+    )
+    v.add_argument("root")
+    data_opts(v)
+    v.add_argument("--crash-at", default="5", help="step(s), comma-separated")
+    v.add_argument("--world-size", type=int, default=1)
+    v.add_argument("--epochs", type=int, default=1)
+    v.add_argument("--plot", help="write a PNG of how often each frame was consumed")
+    v.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
+
+    b = command("bench", "quick throughput check of this machine on a dataset", cmd_bench)
+    b.add_argument("root")
+    b.add_argument("--num-workers", type=int, default=2)
+    b.add_argument("--batch-size", type=int, default=32)
+    b.add_argument("--batches", type=int, default=50)
+    b.add_argument("--episodes", help=EPISODES_HELP)
+    b.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
+
+    # listed for --help only: main() hands `train ...` to lerobot's own parser
+    sub.add_parser(
+        "train",
+        help="lerobot-train with robo_resume as its data path: lerobot-train's flags "
+        "(--policy.type, --dataset.repo_id, --dataset.root, --batch_size, --steps, ...), exact "
+        "and elastic --resume=true; `robo-resume train --help` lists them",
+        add_help=False,
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``robo-resume`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        from ..lerobot_train import main as train_main
+
+        return train_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (RoboResumeError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {_message(exc)}", file=sys.stderr)
+        return USAGE

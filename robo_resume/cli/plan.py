@@ -1,0 +1,80 @@
+"""``robo-resume plan``: where each stream stands at a step, by arithmetic (nothing is read)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import OK, _emit, _episodes
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Each stream's resume cursor after ``--step`` batches, computed without reading data."""
+    from ..dataset import ChunkedEpisodeDataset
+    from ..index.schedule import Topology
+
+    streams = []
+    episodes = _episodes(args.episodes, args.root)
+    for rank in range(args.world_size):
+        ds = ChunkedEpisodeDataset(
+            args.root,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            chunk_frames=args.chunk_frames,
+            episodes=episodes,
+            resume_step=args.step * args.batch_size,
+            infinite=args.infinite,
+            rank=rank,
+            world_size=args.world_size,
+        )
+        sched = ds.schedule(args.num_workers)
+        rotation, starts, _ = ds.start_point(args.num_workers)
+        wp = max(args.num_workers, 1)
+        topo = Topology(args.world_size, args.num_workers)
+        for worker in range(wp):
+            role = (worker + rotation) % wp
+            epoch, pos = starts[role]
+            g = topo.stream_id(rank, role)
+            entry = {
+                "rank": rank,
+                "worker": worker,
+                "stream": g,
+                "epoch": epoch,
+                "position": pos,
+                "chunk": None,
+                "episode": None,
+                "frame": None,
+            }
+            if pos < sched.frames_per_stream:
+                cur = sched.locate(epoch, g, pos)
+                grp = sched.group(epoch, g, cur.group)
+                j = int(grp.order[cur.offset])
+                seg = grp.segments[j]
+                entry.update(
+                    chunk=seg.chunk_id, episode=seg.episode_index, frame=seg.start + cur.done[j]
+                )
+            streams.append(entry)
+    report = {
+        "step": args.step,
+        "batch_size": args.batch_size,
+        "num_workers": args.num_workers,
+        "world_size": args.world_size,
+        "batches_per_epoch_per_rank": sched.batches_per_rank,
+        "frames_per_stream": sched.frames_per_stream,
+        "streams": streams,
+    }
+    lines = [
+        f"after step {args.step} (batch {args.batch_size}, {args.num_workers} workers x "
+        f"{args.world_size} ranks; {sched.batches_per_rank} batches per epoch per rank):"
+    ]
+    for s in streams:
+        where = (
+            f"chunk {s['chunk']} (episode {s['episode']}, frame {s['frame']})"
+            if s["chunk"] is not None
+            else "epoch finished"
+        )
+        lines.append(
+            f"  rank {s['rank']} worker {s['worker']} -> stream {s['stream']}: epoch "
+            f"{s['epoch']}, position {s['position']}, {where}"
+        )
+    _emit(args, report, "\n".join(lines))
+    return OK
