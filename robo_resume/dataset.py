@@ -879,7 +879,7 @@ class ChunkedEpisodeDataset(IterableDataset):
             and self.items.options.image_transforms is None
             and not kwargs.get("pin_memory", False)
         ):
-            float_keys = tuple(self.meta.camera_keys)
+            float_keys = self.meta.visual_keys  # video and image features
         return BatchLoader(
             _Batches(self, "uint8" if float_keys else None),
             float_keys=float_keys,

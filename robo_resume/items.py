@@ -2,10 +2,13 @@
 
 An item is the dict ``LeRobotDataset.__getitem__`` returns (lerobot 0.6.1): one tensor per data
 column (floats as float32, ints as int64, 0-d for scalars), one ``(C, H, W)`` image per camera
-(float32 in [0, 1] by default, or uint8), ``delta_timestamps`` windows stacked along a new first
-axis with ``<key>_is_pad`` masks (indices clamped to the episode, so edge frames repeat), and the
-``task`` string. :class:`EpisodeRangeReader` reads the rows of a frame range once and keeps one
-decoder per camera open, so a range is built with one parquet read and one seek per camera.
+(float32 in [0, 1] by default, or uint8), a ``str`` per ``dtype: string`` feature,
+``delta_timestamps`` windows stacked along a new first axis with ``<key>_is_pad`` masks (indices
+clamped to the episode, so edge frames repeat), and the ``task`` string. Cameras are the video
+features and the ``dtype: image`` features (PNG or JPEG files in the data parquet, decoded by
+:func:`~robo_resume.format.images.decode_image`); ``image_dtype`` and ``image_transforms`` apply
+to both kinds alike. :class:`EpisodeRangeReader` reads the rows of a frame range once and keeps
+one decoder per camera open, so a range is built with one parquet read and one seek per camera.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import torch
 
 from .errors import DatasetFormatError, MetadataMismatchError, describe
+from .format.images import decode_image
 from .format.metadata import DatasetMeta, EpisodeInfo
 from .format.tabular import ParquetTable
 from .format.validate import inside_root
@@ -41,8 +45,12 @@ class ItemOptions:
     Attributes:
         delta_timestamps: per feature key, offsets in seconds (multiples of 1/fps), as in lerobot.
         image_dtype: "float32" (lerobot's [0, 1] floats) or "uint8" (4x less memory to move
-            between processes; convert with ``x.float() / 255`` later).
-        image_transforms: callable applied to each camera tensor of an item, as in lerobot.
+            between processes; convert with ``x.float() / 255`` later). It applies to every
+            camera, video and ``dtype: image`` features alike (lerobot's ``return_uint8`` applies
+            to video only and returns image features as float32; ``x.float() / 255`` of ours
+            equals those exactly).
+        image_transforms: callable applied to each camera tensor of an item (video and image
+            features), as in lerobot; it receives uint8 tensors when ``image_dtype="uint8"``.
         tolerance_s: how far a decoded frame's time may be from the wanted time (lerobot: 1e-4).
         decoder_threads: FFmpeg threads per video decoder (0 = FFmpeg's choice; default 1,
             see :class:`~robo_resume.dataset.StreamTuning`).
@@ -86,6 +94,17 @@ def delta_indices(
                     found=repr(key),
                     file=meta.root / "meta" / "info.json",
                     fix="use the dataset's feature names (e.g. 'actions' instead of 'action')",
+                )
+            )
+        if meta.features[key].get("dtype") == "string":
+            raise ValueError(
+                describe(
+                    f"delta_timestamps names the string feature '{key}'",
+                    expected="numeric, video or image features (windows are stacked tensors)",
+                    found=f"'{key}' of dtype 'string' (lerobot's LeRobotDataset fails on it too, "
+                    "with a TypeError from torch.stack)",
+                    file=meta.root / "meta" / "info.json",
+                    fix=f"leave '{key}' out of delta_timestamps; items still hold its string",
                 )
             )
         deltas = [float(d) for d in deltas]
@@ -245,7 +264,9 @@ class ItemBuilder:
         self.options = options or ItemOptions()
         self.delta = delta_indices(self.options.delta_timestamps, meta, self.options.tolerance_s)
         self.columns = meta.data_columns()
-        self._cameras = frozenset(meta.camera_keys)
+        self._cameras = frozenset(meta.visual_keys)  # converted and transformed as images
+        self.image_keys = frozenset(meta.image_keys)  # decoded from parquet bytes in raw()
+        self._strings = frozenset(meta.string_keys)
         self._tables: dict[str, ParquetTable] = {}
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
         self.decoder_threads = self.options.decoder_threads
@@ -420,9 +441,10 @@ class ItemBuilder:
     ) -> dict[str, Any]:
         """Convert numpy columns from :meth:`EpisodeRangeReader.raw` to item columns.
 
-        Cameras become ``(..., C, H, W)`` tensors (float32 in [0, 1], or uint8 when
-        ``image_dtype`` or the options say so) with ``image_transforms`` applied item by item,
-        data columns get lerobot's dtypes, ``task`` becomes a list of strings. At most one copy
+        Cameras (video and image features) become ``(..., C, H, W)`` tensors (float32 in
+        [0, 1], or uint8 when ``image_dtype`` or the options say so) with ``image_transforms``
+        applied item by item, data columns get lerobot's dtypes, ``task`` and string features
+        become lists of ``str``. At most one copy
         per camera (the float conversion), written straight into shared memory when ``shared``
         (a DataLoader worker: the batch then crosses to the main process without another copy).
         A camera value that is already a uint8 tensor (decoded into its final buffer, see
@@ -450,6 +472,8 @@ class ItemBuilder:
                 out[key] = t
             elif key == "task":
                 out[key] = [tasks[i] for i in v.tolist()]
+            elif key in self._strings:
+                out[key] = [str(x) for x in v.tolist()]
             elif shared and _lerobot_dtype(v) is not None:
                 out[key] = None  # packed below, in this place
             else:
@@ -535,6 +559,7 @@ class EpisodeRangeReader:
             builder.columns,
             episode=ep.episode_index,
         )
+        self.path = table.path
         self._check_rows(table.path)
         self.timestamps = (
             self.rows["timestamp"].astype(np.float64)
@@ -615,7 +640,9 @@ class EpisodeRangeReader:
         """The items of ``frames`` as numpy columns, before :meth:`ItemBuilder.finish`.
 
         Every value has the frames along its first axis, in the key order of an item. Camera
-        frames are RGB uint8 ``(..., 3, H, W)``; ``task`` holds task indices. Rows of
+        frames are RGB uint8 ``(..., 3, H, W)``, image features uint8 ``(..., C, H, W)``
+        (decoded here); string features are object arrays of ``str``; ``task`` holds task
+        indices. Rows of
         several calls can be concatenated and reordered with plain numpy (memory copies) before
         the one conversion to tensors, which is what the streaming path does per batch.
 
@@ -658,12 +685,34 @@ class EpisodeRangeReader:
         )
         out.update((c, im) for c, im in zip(cams, images, strict=True) if c not in into)
         for c in b.columns:
-            out[c] = self.rows[c][query[c] - self.lo if c in query else local]
+            rows = query[c] - self.lo if c in query else local
+            out[c] = self._decode(c, rows) if c in b.image_keys else self.rows[c][rows]
         out.update(pads)
         task_col = self.rows.get("task_index")
         if task_col is not None:
             out["task"] = np.asarray(task_col[local], dtype=np.int64)
         return out
+
+    def _decode(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Image feature ``key`` at ``rows`` (indices into the rows read, any shape) as uint8
+        ``(*rows.shape, C, H, W)``; each distinct row is decoded once (windows overlap)."""
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        feature = self.builder.meta.features[key]
+        column = self.rows[key]
+        decoded = np.stack(
+            [
+                decode_image(
+                    column[k],
+                    key=key,
+                    feature=feature,
+                    file=self.path,
+                    episode=self.ep.episode_index,
+                    frame=self.lo + k,
+                )
+                for k in uniq.tolist()
+            ]
+        )
+        return decoded[inverse.reshape(rows.shape)]
 
     def _video(self, cam: str) -> VideoReader:
         video = self.videos.get(cam)

@@ -35,7 +35,6 @@ from robo_resume import (
     LeRobotReader,
     MetadataMismatchError,
     MissingFileError,
-    UnsupportedFeatureError,
     UnsupportedVersionError,
     VideoDecodeError,
     load_metadata,
@@ -923,18 +922,21 @@ def test_table_checks_on_real_data(open50):
     ("dtype", "extra"),
     [("image", {"shape": [48, 64, 3], "names": ["height", "width", "channels"]}), ("string", {})],
 )
-def test_image_and_string_features_are_refused_naming_the_feature(pristine, tmp_path, dtype, extra):
-    """lerobot returns them; robo_resume refuses them at load rather than leaving them out of
-    items (see the README's broken-files section)."""
+def test_image_or_string_feature_over_a_numeric_column_is_refused(pristine, tmp_path, dtype, extra):
+    """info.json declares an image (or string) feature whose parquet column holds numbers: the
+    read is refused naming the column and the file, instead of returning a tensor where lerobot
+    would decode an image (or return a string). See test_image_string_features.py for the
+    features themselves."""
     root = tmp_path / "bad"
     shutil.copytree(pristine, root)
     info = json.loads((root / "meta/info.json").read_text())
-    info["features"]["observation.extra"] = {"dtype": dtype, "shape": [1], **extra}
+    state = info["features"]["observation.state"]
+    state.update(dtype=dtype, **extra)
     (root / "meta/info.json").write_text(json.dumps(info))
-    for make in (load_metadata, LeRobotReader, lambda r: ChunkedEpisodeDataset(r, batch_size=4)):
-        with pytest.raises(
-            UnsupportedFeatureError,
-            match=rf"declares a '{dtype}' feature 'observation\.extra', which robo_resume does "
-            rf"not read.*info\.json.*Fix: read this dataset with lerobot's LeRobotDataset",
-        ):
-            make(root)
+    load_metadata(root)  # the metadata alone is fine
+    with pytest.raises(
+        CorruptFileError,
+        match=rf"column 'observation\.state' has the wrong type\. Expected {dtype} values "
+        rf"\(meta/info\.json\)\. Found arrow type fixed_size_list.*{_f(DATA0)}, episode 0\.",
+    ):
+        LeRobotReader(root)[0]

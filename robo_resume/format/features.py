@@ -1,9 +1,10 @@
 """Which features robo_resume reads, and the lerobot 0.6 features it refuses when loading.
 
 robo_resume reads numeric columns (float, int, bool and fixed-size lists of them), declared
-``string`` columns, RGB ``video`` features and the task, and returns them exactly as lerobot's
-``LeRobotDataset`` does. lerobot 0.6 added two feature kinds to v3.0 datasets that it returns
-differently, and robo_resume refuses them in :func:`check_features` (called by
+``string`` columns, RGB ``video`` features, 8-bit ``image`` features (PNG or JPEG in the data
+parquet, see :mod:`robo_resume.format.images`) and the task, and returns them exactly as
+lerobot's ``LeRobotDataset`` does. lerobot 0.6 added two feature kinds to v3.0 datasets that it
+returns differently, and robo_resume refuses them in :func:`check_features` (called by
 :func:`~robo_resume.format.metadata.load_metadata`) instead of returning something else:
 
 - Depth maps: a feature whose ``info`` says ``is_depth_map`` (lerobot <= 0.4 wrote

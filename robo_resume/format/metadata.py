@@ -146,10 +146,26 @@ class DatasetMeta:
         return cache
 
     def data_columns(self) -> tuple[str, ...]:
-        """Names of the non-video features stored in the data parquet files."""
-        return tuple(
-            k for k, v in self.features.items() if v.get("dtype") not in ("video", "image")
-        )
+        """Names of the features stored in the data parquet files (all but video features),
+        in info.json order (the order of an item's keys after the video cameras)."""
+        return tuple(k for k, v in self.features.items() if v.get("dtype") != "video")
+
+    @property
+    def image_keys(self) -> tuple[str, ...]:
+        """``dtype: image`` features (frames stored in the data parquet), in info.json order."""
+        return tuple(k for k, v in self.features.items() if v.get("dtype") == "image")
+
+    @property
+    def visual_keys(self) -> tuple[str, ...]:
+        """Every key whose values are images: ``camera_keys`` (video) then ``image_keys``.
+
+        lerobot calls this set ``camera_keys``; here ``camera_keys`` are the video features."""
+        return self.camera_keys + self.image_keys
+
+    @property
+    def string_keys(self) -> tuple[str, ...]:
+        """``dtype: string`` features (a Python ``str`` per item), in info.json order."""
+        return tuple(k for k, v in self.features.items() if v.get("dtype") == "string")
 
     def frame_size(self, camera: str) -> tuple[int, int] | None:
         """``(height, width)`` of a camera's frames according to info.json (None if unknown)."""
@@ -403,7 +419,7 @@ def _load_info(root: Path) -> dict[str, Any]:
             )
         )
     check_features(info["features"], info_path)  # depth maps, language columns
-    check_feature_specs(info["features"], info_path)  # shapes; image and string features
+    check_feature_specs(info["features"], info_path)  # dtypes and shapes
     return info
 
 

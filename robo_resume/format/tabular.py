@@ -9,6 +9,10 @@ Checks (cheap: once per file, or vectorised over the rows read):
 - every requested column holds numbers, booleans or lists of them (not strings, structs, ...);
   with ``features`` (info.json's), their kind also matches the declared dtype (a float column
   where ``int64`` is declared, or the reverse, is refused: items would silently change dtype);
+  a declared ``string`` feature is a string column (returned as an object array of ``str``),
+  a declared ``image`` feature a ``{bytes, path}`` struct column with the encoded image in
+  ``bytes`` (returned as an object array of ``bytes``; an image stored only as a ``path``,
+  outside the parquet, is refused);
 - ``timestamp`` strictly increases inside each episode of the rows read; with ``fps``, it also
   equals ``frame_index / fps`` within ``tolerance_s``, since video frames are looked up at that
   time (a shifted timestamp would return a neighbouring frame, silently).
@@ -80,6 +84,18 @@ def _arrow_kind(t) -> str | None:
     if pa.types.is_boolean(t):
         return "b"
     return None
+
+
+def _is_declared_kind(t, feature: Mapping[str, Any]) -> bool:
+    """A string column for a ``string`` feature; a struct with binary ``bytes`` for ``image``."""
+    import pyarrow as pa
+
+    if feature.get("dtype") == "string":
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    if not pa.types.is_struct(t) or t.get_field_index("bytes") < 0:
+        return False
+    inner = t.field(t.get_field_index("bytes")).type
+    return pa.types.is_binary(inner) or pa.types.is_large_binary(inner)
 
 
 class ParquetTable:
@@ -214,11 +230,17 @@ class ParquetTable:
                     fix="download this file again",
                 )
             ) from exc
+        import pyarrow.compute as pc
+
         base = self._rg_starts[groups[0]] if groups else 0
         table = table.slice(start - base, stop - start)
         out = {}
         for c in columns:
             column = table.column(c)
+            if self._declared(c) == "image":
+                column = column.combine_chunks()
+                if column.null_count == 0:  # the encoded files (null: an image only named)
+                    column = pc.struct_field(column, "bytes")
             if column.null_count:
                 self._refuse_nulls(c, column, episode, start)
             out[c] = column_to_numpy(column, name=c, file=self.path)
@@ -227,10 +249,27 @@ class ParquetTable:
             self._check_timestamps(out, episode, start)
         return out
 
+    def _declared(self, c: str) -> str:
+        """The dtype info.json declares for column ``c`` ("" if none)."""
+        return str(((self.features or {}).get(c) or {}).get("dtype", ""))
+
     def _refuse_nulls(self, c: str, column, episode: int | None, start: int) -> None:
         import pyarrow.compute as pc
 
         k = int(np.flatnonzero(pc.is_null(column).to_numpy(zero_copy_only=False))[0])
+        if self._declared(c) == "image":
+            raise CorruptFileError(
+                describe(
+                    f"A data file's image column '{c}' holds a row without image bytes",
+                    expected="the encoded image in the 'bytes' field of every row (lerobot "
+                    "embeds the files when it writes a dataset)",
+                    found=f"{column.null_count} rows without bytes, the first at row {start + k}",
+                    file=self.path,
+                    episode=episode,
+                    fix="embed the images in the parquet (lerobot's writer does), or download "
+                    "the file again; robo_resume reads no image files named by a path",
+                )
+            )
         raise CorruptFileError(
             describe(
                 f"A data file's column '{c}' holds nulls",
@@ -271,10 +310,11 @@ class ParquetTable:
             kind = _arrow_kind(t)
             feature = (self.features or {}).get(c) or {}
             declared = _declared_kind(feature.get("dtype"))
-            if kind is None and str(feature.get("dtype")) == "string":
-                self._typed.add(c)  # a declared string feature: not ours to refuse
+            special = str(feature.get("dtype")) in ("string", "image")
+            if special and _is_declared_kind(t, feature):
+                self._typed.add(c)
                 continue
-            if kind is None or (declared is not None and kind not in declared):
+            if special or kind is None or (declared is not None and kind not in declared):
                 dtype = feature.get("dtype")
                 raise CorruptFileError(
                     describe(

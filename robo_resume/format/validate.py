@@ -29,7 +29,6 @@ import numpy as np
 from ..errors import (
     DatasetFormatError,
     MetadataMismatchError,
-    UnsupportedFeatureError,
     describe,
 )
 
@@ -168,7 +167,8 @@ def task_list(value: Any, *, file: Path, episode: int | None, row: int) -> tuple
 
 
 def check_feature_specs(features: Mapping[str, Any], info_path: Path) -> None:
-    """Every feature is ``{"dtype": str, "shape": [int >= 0, ...], ...}``."""
+    """Every feature is ``{"dtype": str, "shape": [int >= 0, ...], ...}``; an ``image``
+    feature's shape has 3 dimensions."""
     for key, ft in features.items():
         problem = None
         if not isinstance(ft, Mapping):
@@ -182,8 +182,8 @@ def check_feature_specs(features: Mapping[str, Any], info_path: Path) -> None:
                 for d in shape
             ):
                 problem = f"shape {shape!r}"
-        if problem is None and ft["dtype"] in ("image", "string"):
-            _refuse_unread(key, ft["dtype"], info_path)
+        if problem is None and ft["dtype"] == "image" and len(ft["shape"]) != 3:
+            problem = f"image shape {list(ft['shape'])} (an image has 3 dimensions)"
         if problem is not None:
             raise DatasetFormatError(
                 describe(
@@ -194,29 +194,6 @@ def check_feature_specs(features: Mapping[str, Any], info_path: Path) -> None:
                     fix="restore meta/info.json from the published dataset",
                 )
             )
-
-
-_UNREAD = {
-    "image": "frames stored in the data parquet files (lerobot decodes them to (C, H, W) float32)",
-    "string": "strings per frame (lerobot returns them as Python strings)",
-}
-
-
-def _refuse_unread(key: str, dtype: str, info_path: Path) -> None:
-    """``dtype: image`` (frames in the parquet) and ``dtype: string`` features: lerobot returns
-    them; robo_resume does not read them yet, and refuses rather than leave them out of items."""
-    raise UnsupportedFeatureError(
-        describe(
-            f"The dataset declares a '{dtype}' feature '{key}', which robo_resume does not read",
-            expected="numeric columns, RGB video features and the task",
-            found=f"'{key}': dtype {dtype!r}, {_UNREAD[dtype]}",
-            file=info_path,
-            fix="read this dataset with lerobot's LeRobotDataset, or remove the feature with "
-            f"lerobot-edit-dataset --operation.type remove_feature --operation.feature_names "
-            f"\"['{key}']\""
-            + (" (or re-encode its frames as a video feature)" if dtype == "image" else ""),
-        )
-    )
 
 
 def check_agreement(

@@ -333,8 +333,10 @@ def counts(dataset: Any) -> tuple[int, int]:
 
 
 def camera_keys(dataset: Any) -> Sequence[str]:
+    """Keys of the batch's uint8 images to convert to float (lerobot's ``camera_keys``: video
+    and ``dtype: image`` features); a mix knows its own."""
     keys = getattr(dataset, "camera_keys", None)
-    return keys if keys is not None else dataset.meta.camera_keys
+    return keys if keys is not None else dataset.meta.visual_keys
 
 
 def worker_logging(worker_id: int) -> None:
