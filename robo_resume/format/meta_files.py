@@ -1,0 +1,235 @@
+"""Reading metadata files, shared by both versions: JSON and JSON lines with clear errors,
+info.json and its path templates (every path checked to stay inside the dataset root).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    CorruptFileError,
+    DatasetFormatError,
+    MissingFileError,
+    UnsupportedVersionError,
+    describe,
+)
+from .features import check_features
+from .meta_types import _CONVERT_HINT, SUPPORTED_VERSIONS, EpisodeInfo
+from .validate import (
+    check_feature_specs,
+    inside_root,
+)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise MissingFileError(
+            describe(
+                "A metadata file is missing",
+                expected=f"{path.name} in {path.parent}",
+                found="no such file",
+                file=path,
+                fix="point `root` at the dataset folder that holds meta/, data/ and videos/, "
+                "or download the dataset again",
+            )
+        )
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptFileError(
+            describe(
+                "A metadata file is not valid JSON",
+                expected="a JSON document",
+                found=f"{type(exc).__name__}: {exc}",
+                file=path,
+                fix="restore the file from the published dataset",
+            )
+        ) from exc
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        _read_json(path)  # raises MissingFileError with the standard message
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise CorruptFileError(
+                describe(
+                    f"Line {lineno} of a JSON-lines metadata file is not valid JSON",
+                    expected="one JSON object per line",
+                    found=repr(line[:80]),
+                    file=path,
+                    fix="restore the file from the published dataset",
+                )
+            ) from exc
+    return rows
+
+
+@functools.lru_cache(maxsize=65536)
+def _posix_inside(rel: str) -> str | None:
+    """``rel`` as a POSIX path, or None if it is absolute or climbs out with ``..``."""
+    p = Path(rel)
+    return None if p.is_absolute() or ".." in p.parts else p.as_posix()
+
+
+def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
+    """Refuse paths that escape the dataset root (``..`` or absolute)."""
+    posix = _posix_inside(rel)  # cached: v3.0 episodes share a few files
+    if posix is None:
+        raise DatasetFormatError(
+            describe(
+                f"A {what} path escapes the dataset root",
+                expected="a path relative to the dataset root without '..'",
+                found=rel,
+                file=root / "meta" / "info.json",
+                episode=episode,
+                fix="fix data_path/video_path in meta/info.json",
+            )
+        )
+    return posix
+
+
+def _format_path(template: str, root: Path, *, what: str, episode: int, **fields: Any) -> str:
+    try:
+        rel = template.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+        raise DatasetFormatError(
+            describe(
+                f"meta/info.json's {what} template cannot be filled",
+                expected=f"placeholders among {sorted(fields)}",
+                found=repr(template),
+                file=root / "meta" / "info.json",
+                episode=episode,
+                fix="fix the template in meta/info.json",
+            )
+        ) from exc
+    return _check_relative(root, rel, what=what, episode=episode)
+
+
+def _load_info(root: Path) -> dict[str, Any]:
+    info_path = root / "meta" / "info.json"
+    if root.exists() and not root.is_dir():
+        raise DatasetFormatError(
+            describe(
+                "The dataset root is a file, not a folder",
+                expected="a folder holding meta/info.json",
+                found=f"a file of {root.stat().st_size} bytes at {root}",
+                file=root,
+                fix="pass the folder of a LeRobot dataset (v3.0 or v2.1) as root, not a file in it",
+            )
+        )
+    if not root.is_dir():
+        raise MissingFileError(
+            describe(
+                "The dataset root does not exist",
+                expected="a folder holding meta/info.json",
+                found=f"nothing at {root}",
+                file=root,
+                fix="pass the folder of a LeRobot dataset (v3.0 or v2.1) as root",
+            )
+        )
+    for entry in sorted((root / "meta").rglob("*")) if (root / "meta").is_dir() else ():
+        inside_root(root, entry.relative_to(root))  # links out of the dataset are refused
+    info = _read_json(info_path)
+    if not isinstance(info, dict):
+        raise DatasetFormatError(
+            describe(
+                "meta/info.json is not a JSON object",
+                expected="an object with codebase_version, fps and features",
+                found=type(info).__name__,
+                file=info_path,
+                fix="restore meta/info.json from the published dataset",
+            )
+        )
+    version = info.get("codebase_version")
+    if version not in SUPPORTED_VERSIONS:
+        v = str(version)
+        hint = _CONVERT_HINT["v1"] if v.startswith("v1") else _CONVERT_HINT.get(v)
+        raise UnsupportedVersionError(
+            describe(
+                "Unsupported LeRobot dataset version",
+                expected=" or ".join(SUPPORTED_VERSIONS),
+                found=f"codebase_version={version!r}",
+                file=info_path,
+                fix=hint
+                or "convert the dataset to v3.0 with lerobot's conversion scripts "
+                "(python -m lerobot.datasets.v30.convert_dataset_v21_to_v30)",
+            )
+        )
+    for key in ("fps", "features"):
+        if key not in info:
+            raise DatasetFormatError(
+                describe(
+                    f"meta/info.json has no '{key}'",
+                    expected=f"a '{key}' entry (every LeRobot {version} dataset has one)",
+                    found=f"keys {sorted(info)}",
+                    file=info_path,
+                    fix="restore meta/info.json from the published dataset",
+                )
+            )
+    fps = info["fps"]
+    if not isinstance(fps, int | float) or isinstance(fps, bool) or fps <= 0:
+        raise DatasetFormatError(
+            describe(
+                "meta/info.json has an invalid fps",
+                expected="a positive number",
+                found=repr(fps),
+                file=info_path,
+                fix="set fps in meta/info.json to the rate the dataset was recorded at",
+            )
+        )
+    if not isinstance(info["features"], dict) or not info["features"]:
+        raise DatasetFormatError(
+            describe(
+                "meta/info.json has invalid features",
+                expected="a non-empty object mapping feature names to {dtype, shape}",
+                found=repr(info["features"])[:120],
+                file=info_path,
+                fix="restore meta/info.json from the published dataset",
+            )
+        )
+    check_features(info["features"], info_path)  # depth maps, language columns
+    check_feature_specs(info["features"], info_path)  # dtypes and shapes
+    return info
+
+
+def _check_unique(root: Path, episodes: list[EpisodeInfo]) -> None:
+    idx = np.fromiter((e.episode_index for e in episodes), dtype=np.int64, count=len(episodes))
+    dup = np.flatnonzero(idx[1:] == idx[:-1])  # episodes are sorted by episode_index
+    if dup.size:
+        e = int(idx[dup[0]])
+        raise DatasetFormatError(
+            describe(
+                "An episode appears twice in the episode metadata",
+                expected="each episode_index once",
+                found=f"episode_index {e} twice",
+                file=root / "meta",
+                episode=e,
+                fix="download the dataset's meta/ folder again",
+            )
+        )
+
+
+def _tasks_tuple(pairs: Any, path: Path) -> tuple[str, ...]:
+    mapping = dict(pairs)
+    n = len(mapping)
+    if sorted(mapping) != list(range(n)):
+        raise DatasetFormatError(
+            describe(
+                "Task indices are not 0..N-1",
+                expected=f"task_index values 0..{n - 1}",
+                found=sorted(mapping)[:20],
+                file=path,
+                fix="download the dataset's meta/ folder again",
+            )
+        )
+    return tuple(mapping[i] for i in range(n))
