@@ -55,8 +55,8 @@ EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 
 
 def _video_check_wired() -> bool:
-    """items.py compares each opened video with info.json (DatasetMeta.check_video_stream)."""
-    return "check_video_stream" in inspect.getsource(robo_resume.items)
+    """The item builder compares each opened video with info.json (check_video_stream)."""
+    return "check_video_stream" in inspect.getsource(robo_resume.items.builder)
 
 
 def _table_check_wired(root: Path) -> bool:
@@ -874,8 +874,8 @@ def _simulate_wiring(monkeypatch, root: Path) -> None:
     def table(path, **kw):
         return ParquetTable(path, fps=meta.fps, tolerance_s=1e-4, features=meta.features)
 
-    monkeypatch.setattr(robo_resume.items, "VideoReader", CheckedVideo)
-    monkeypatch.setattr(robo_resume.items, "ParquetTable", table)
+    monkeypatch.setattr(robo_resume.items.builder, "VideoReader", CheckedVideo)
+    monkeypatch.setattr(robo_resume.items.builder, "ParquetTable", table)
 
 
 WIRED = [c for c in CASES if c.wired]

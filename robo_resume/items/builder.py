@@ -1,0 +1,296 @@
+"""ItemBuilder: the open parquet tables and video decoders of a dataset, checked against its
+metadata, and the assembly of a frame range's columns into items."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import MetadataMismatchError, describe
+from ..format.metadata import DatasetMeta, EpisodeInfo
+from ..format.tabular import ParquetTable
+from ..format.validate import inside_root
+from ..format.video import VideoReader
+from .buffers import (
+    BUFFERS,
+    _empty,
+    _lerobot_dtype,
+    _pack_shared,
+    _to_tensor,
+    shared_views,
+    to_float,
+)
+from .options import IDLE_DECODERS, ItemOptions, delta_indices
+from .ranges import EpisodeRangeReader
+
+
+class ItemBuilder:
+    """Builds LeRobot-compatible items for one dataset; shared by the reader and the streams.
+
+    Holds lazily opened parquet tables (one per data file). Picklable before use.
+    """
+
+    def __init__(self, meta: DatasetMeta, options: ItemOptions | None = None) -> None:
+        self.meta = meta
+        self.options = options or ItemOptions()
+        self.delta = delta_indices(self.options.delta_timestamps, meta, self.options.tolerance_s)
+        self.columns = meta.data_columns()
+        self._cameras = frozenset(meta.visual_keys)  # converted and transformed as images
+        self.image_keys = frozenset(meta.image_keys)  # decoded from parquet bytes in raw()
+        self._strings = frozenset(meta.string_keys)
+        self._tables: dict[str, ParquetTable] = {}
+        self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
+        self.decoder_threads = self.options.decoder_threads
+        self.camera_threads = 1  # cameras decoded concurrently (the stream sets it)
+        self._pool: tuple[int, Any] | None = None  # (pid, ThreadPoolExecutor)
+        rows: dict[str, int] = {}
+        for ep in meta.episodes:
+            rows[ep.data_path] = rows.get(ep.data_path, 0) + ep.length
+        self._file_rows = rows
+        self._checked: set[str] = set()
+        self._videos_checked: set[str] = set()
+        d = self.delta or {}
+        lo = [int(v.min()) for v in d.values()]
+        hi = [int(v.max()) for v in d.values()]
+        self.window_before = max(0, -min(lo)) if lo else 0
+        self.window_after = max(0, max(hi)) if hi else 0
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_tables"] = {}
+        state["_idle"] = OrderedDict()
+        state["_pool"] = None
+        state["_checked"] = set()
+        state["_videos_checked"] = set()
+        return state
+
+    def table(self, ep: EpisodeInfo) -> ParquetTable:
+        """The (cached) parquet table holding ``ep``'s rows, its row count checked once."""
+        t = self._tables.get(ep.data_path)
+        if t is None:
+            t = ParquetTable(
+                inside_root(self.meta.root, ep.data_path, episode=ep.episode_index),
+                fps=self.meta.fps if self.meta.camera_keys else None,
+                tolerance_s=self.options.tolerance_s,
+                features=self.meta.features,
+            )
+            self._tables[ep.data_path] = t
+        if ep.data_path not in self._checked:
+            t.check_rows(ep.data_row_start + ep.length, episode=ep.episode_index)
+            expected = self._file_rows[ep.data_path]
+            if t.num_rows != expected:
+                raise MetadataMismatchError(
+                    describe(
+                        "Episode metadata and the data file disagree on the number of rows",
+                        expected=f"{expected} rows (sum of the lengths of the episodes in it)",
+                        found=f"{t.num_rows} rows",
+                        file=t.path,
+                        episode=ep.episode_index,
+                        fix="the dataset is inconsistent; download it again or rebuild meta/",
+                    )
+                )
+            self._checked.add(ep.data_path)
+        return t
+
+    def video(self, path: Path, *, episode: int, cache_frames: int) -> VideoReader:
+        """A decoder for ``path``: an idle one kept open by :meth:`release` if there is one.
+
+        Several episodes of a v3.0 dataset share one mp4; reusing its open decoder saves the
+        container open and, when the next range starts after its position, the seek too.
+        Among idle decoders of the file, the one stopped latest is taken.
+        """
+        best = None
+        for key, r in self._idle.items():
+            if r.path == path and (best is None or (r.position or -1) > (best[1].position or -1)):
+                best = (key, r)
+        if best is None:
+            return VideoReader(
+                inside_root(self.meta.root, path.relative_to(self.meta.root), episode=episode),
+                threads=self.decoder_threads,
+                cache_frames=cache_frames,
+                episode=episode,
+            )
+        reader = self._idle.pop(best[0])
+        reader.episode, reader.cache_frames = episode, cache_frames
+        return reader
+
+    def check_video(self, camera: str, reader: VideoReader) -> None:
+        """Compare a video file with info.json (size, fps) and with the episode metadata (where
+        each episode starts), once per file."""
+        key = str(reader.path)
+        if key not in self._videos_checked:
+            info = reader.info()
+            self.meta.check_video_stream(camera, info, file=reader.path, episode=reader.episode)
+            self._check_video_starts(camera, reader, info)
+            self._videos_checked.add(key)
+
+    def _check_video_starts(self, camera: str, reader: VideoReader, info: Any) -> None:
+        """Each episode of a shared mp4 starts at the frame after the episodes before it.
+
+        Episodes are concatenated in one mp4 in time order, so the episode at ``from_timestamp``
+        ``f`` starts at frame ``round((f - t0) * fps)`` (``t0``: the container's first frame
+        time), which must equal the summed lengths of the episodes before it in the file. A
+        ``from_timestamp`` off by whole frames still finds frames (the neighbours), silently;
+        this catches it from the metadata and the container header alone, with no decoding.
+        """
+        rel = reader.path.relative_to(self.meta.root).as_posix()
+        members = sorted(
+            (e.videos[camera].from_timestamp, e.episode_index, e.length)
+            for e in self.meta.episodes
+            if camera in e.videos and e.videos[camera].path == rel
+        )
+        fps = float(info.fps or self.meta.fps)
+        t0 = reader.start_time()
+        start = 0
+        for from_ts, episode, length in members:
+            at = (from_ts - t0) * fps
+            if abs(at - start) > 0.5:
+                raise MetadataMismatchError(
+                    describe(
+                        f"An episode's from_timestamp for '{camera}' does not point at its first "
+                        "frame in the video",
+                        expected=f"from_timestamp {t0 + start / fps:.6f} (frame {start} of the "
+                        "file: the summed lengths of the episodes before it in this mp4)",
+                        found=f"from_timestamp {from_ts:.6f} (frame {at:.2f})",
+                        file=reader.path,
+                        episode=episode,
+                        frame=0,
+                        fix="every frame of the episode would be read from another time; set "
+                        f"videos/{camera}/from_timestamp in meta/episodes to the episode's "
+                        "start in the mp4, or download meta/ again",
+                    )
+                )
+            start += length
+        # More frames than its episodes: the file belongs to other episodes (fewer frames are
+        # reported when decoding, naming the first missing frame).
+        if info.num_frames > start:
+            raise MetadataMismatchError(
+                describe(
+                    f"A video of '{camera}' holds another number of frames than its episodes",
+                    expected=f"{start} frames (the lengths of the {len(members)} episodes whose "
+                    f"videos/{camera} point to this file)",
+                    found=f"{info.num_frames} frames in the container",
+                    file=reader.path,
+                    episode=reader.episode,
+                    fix="the file belongs to other episodes; download it again, or "
+                    "rebuild meta/ if the video is right",
+                )
+            )
+
+    def map_cameras(self, fn: Callable[[str], Any], cameras: Sequence[str]) -> list[Any]:
+        """``[fn(cam) for cam in cameras]``, on ``camera_threads`` threads when above 1.
+
+        PyAV decodes and converts frames without holding the GIL, so the cameras of one range
+        decode in parallel. Each camera has its own decoder; nothing else is shared.
+        """
+        if self.camera_threads <= 1 or len(cameras) < 2:
+            return [fn(cam) for cam in cameras]
+        pid = os.getpid()
+        if self._pool is None or self._pool[0] != pid:  # none yet, or inherited over a fork
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = (pid, ThreadPoolExecutor(self.camera_threads, "robo_resume-decode"))
+        return list(self._pool[1].map(fn, cameras))
+
+    def release(self, reader: VideoReader) -> None:
+        """Keep ``reader`` open for reuse; the oldest idle decoders beyond the limit close."""
+        self._idle[id(reader)] = reader
+        while len(self._idle) > IDLE_DECODERS:
+            self._idle.popitem(last=False)[1].close()
+
+    def close(self) -> None:
+        """Close the idle decoders."""
+        while self._idle:
+            self._idle.popitem()[1].close()
+
+    def finish(
+        self,
+        raw: Mapping[str, np.ndarray],
+        *,
+        image_dtype: str | None = None,
+        shared: bool = False,
+    ) -> dict[str, Any]:
+        """Convert numpy columns from :meth:`EpisodeRangeReader.raw` to item columns.
+
+        Cameras (video and image features) become ``(..., C, H, W)`` tensors (float32 in
+        [0, 1], or uint8 when ``image_dtype`` or the options say so) with ``image_transforms``
+        applied item by item, data columns get lerobot's dtypes, ``task`` and string features
+        become lists of ``str``. At most one copy
+        per camera (the float conversion), written straight into shared memory when ``shared``
+        (a DataLoader worker: the batch then crosses to the main process without another copy).
+        A camera value that is already a uint8 tensor (decoded into its final buffer, see
+        :meth:`camera_buffers`) is used as it is when no conversion is asked for.
+        """
+        dtype = torch.float32 if (image_dtype or self.options.image_dtype) == "float32" else None
+        transform = self.options.image_transforms
+        tasks = self.meta.tasks
+        out: dict[str, Any] = {}
+        for key, v in raw.items():
+            if key in self._cameras:
+                ready = isinstance(v, torch.Tensor)  # decoded into its final buffer already
+                t = v if ready else torch.from_numpy(v)  # (..., C, H, W) uint8
+                if transform is None and dtype is None and (ready or not shared):
+                    out[key] = t  # already in place: no copy
+                    continue
+                if transform is None:
+                    if dtype is not None:
+                        t = to_float(t, shared)
+                    else:
+                        t = _empty(t.shape, torch.uint8, shared).copy_(t)
+                else:
+                    t = t.to(dtype) / 255 if dtype is not None else t.contiguous()
+                    t = torch.stack([transform(img) for img in t])
+                out[key] = t
+            elif key == "task":
+                out[key] = [tasks[i] for i in v.tolist()]
+            elif key in self._strings:
+                out[key] = [str(x) for x in v.tolist()]
+            elif shared and _lerobot_dtype(v) is not None:
+                out[key] = None  # packed below, in this place
+            else:
+                out[key] = _to_tensor(v)
+        if shared:
+            out.update(_pack_shared({k: raw[k] for k, v in out.items() if v is None}))
+        return out
+
+    def camera_shape(self, camera: str) -> tuple[int, ...] | None:
+        """One item's shape of ``camera``: ``(3, H, W)``, or ``(w, 3, H, W)`` with a delta window
+        of ``w`` > 1 frames; None when info.json does not give the frame size."""
+        size = self.meta.frame_size(camera)
+        if size is None:
+            return None
+        d = (self.delta or {}).get(camera)
+        w = 1 if d is None else len(d)
+        return (3, *size) if w == 1 else (w, 3, *size)
+
+    def camera_buffers(
+        self, cameras: Sequence[str], n: int, *, shared: bool
+    ) -> dict[str, torch.Tensor]:
+        """Uninitialised uint8 tensors for ``n`` items of each camera to decode into.
+
+        All in one shared-memory storage when ``shared`` (a worker's batch, see
+        :func:`shared_views`), else from :data:`BUFFERS`. Cameras whose shape is unknown (see
+        :meth:`camera_shape`) are left out.
+        """
+        shapes = {c: self.camera_shape(c) for c in cameras}
+        shapes = {c: (n, *s) for c, s in shapes.items() if s is not None}
+        if shared:
+            return shared_views({c: (s, np.dtype(np.uint8)) for c, s in shapes.items()})
+        return {c: BUFFERS.empty(s, torch.uint8) for c, s in shapes.items()}
+
+    def episode_reader(
+        self, episode_index: int, start: int, stop: int, *, cache_frames: int | None = None
+    ) -> EpisodeRangeReader:
+        """Open a reader for frames ``[start, stop)`` of an episode (rows read at once)."""
+        return EpisodeRangeReader(self, episode_index, start, stop, cache_frames=cache_frames)
+
+    def build_range(self, episode_index: int, start: int, stop: int) -> list[dict[str, Any]]:
+        """Return the items of frames ``[start, stop)`` of an episode, in frame order."""
+        with self.episode_reader(episode_index, start, stop) as r:
+            return r.items(range(start, stop))

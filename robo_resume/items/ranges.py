@@ -1,0 +1,294 @@
+"""EpisodeRangeReader: one episode's frame range, read with one parquet read and one seek per
+camera, as columns or as items (:func:`unbind`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import MetadataMismatchError, describe
+from ..format.images import decode_image
+from ..format.video import VideoReader
+
+if TYPE_CHECKING:  # annotations only: the builder makes range readers
+    from .builder import ItemBuilder
+
+
+class EpisodeRangeReader:
+    """Reads items of frames ``[start, stop)`` of one episode, in increasing frame order.
+
+    The parquet rows of the range (plus the delta window around it) are read on construction;
+    video is decoded on demand by one :class:`VideoReader` per camera, moving forward, so calling
+    :meth:`items` on successive blocks decodes each frame once with one seek per camera.
+    """
+
+    def __init__(
+        self,
+        builder: ItemBuilder,
+        episode_index: int,
+        start: int,
+        stop: int,
+        *,
+        cache_frames: int | None = None,
+    ) -> None:
+        meta = builder.meta
+        ep = meta.episode(episode_index)
+        if not 0 <= start < stop <= ep.length:
+            raise IndexError(
+                describe(
+                    "Frame range outside the episode",
+                    expected=f"0 <= start < stop <= {ep.length}",
+                    found=f"[{start}, {stop})",
+                    episode=episode_index,
+                )
+            )
+        self.builder = builder
+        self.ep = ep
+        self.start, self.stop = start, stop
+        self.lo = max(0, start - builder.window_before)
+        self.hi = min(ep.length, stop + builder.window_after)
+        table = builder.table(ep)
+        self.rows = table.read(
+            ep.data_row_start + self.lo,
+            ep.data_row_start + self.hi,
+            builder.columns,
+            episode=ep.episode_index,
+        )
+        self.path = table.path
+        self._check_rows(table.path)
+        self.timestamps = (
+            self.rows["timestamp"].astype(np.float64)
+            if "timestamp" in self.rows
+            else (np.arange(self.lo, self.hi, dtype=np.float64) / meta.fps)
+        )
+        if cache_frames is None:
+            cache_frames = builder.window_before  # look-back windows; nothing else re-reads
+        self._cache_frames = cache_frames
+        self.videos: dict[str, VideoReader] = {}  # acquired from the builder on first use
+
+    def _check_rows(self, path) -> None:
+        ep = self.ep
+        tasks = self.rows.get("task_index")
+        if tasks is not None:
+            bad = np.flatnonzero((tasks < 0) | (tasks >= len(self.builder.meta.tasks)))
+            if bad.size:
+                k = int(bad[0])
+                raise MetadataMismatchError(
+                    describe(
+                        "The data file's 'task_index' names a task that meta/ does not have",
+                        expected=f"task_index in [0, {len(self.builder.meta.tasks)})",
+                        found=f"task_index={int(tasks[k])}",
+                        file=path,
+                        episode=ep.episode_index,
+                        frame=self.lo + k,
+                        fix="the dataset is inconsistent; download it again or rebuild meta/",
+                    )
+                )
+        for col, expected in (
+            ("episode_index", np.full(self.hi - self.lo, ep.episode_index)),
+            ("index", np.arange(ep.dataset_from_index + self.lo, ep.dataset_from_index + self.hi)),
+            ("frame_index", np.arange(self.lo, self.hi)),
+        ):
+            got = self.rows.get(col)
+            if got is None:
+                continue
+            bad = np.flatnonzero(got != expected)
+            if bad.size:
+                k = int(bad[0])
+                raise MetadataMismatchError(
+                    describe(
+                        f"The data file's '{col}' column disagrees with the episode metadata",
+                        expected=f"{col}={int(expected[k])}",
+                        found=f"{col}={int(got[k])}",
+                        file=path,
+                        episode=ep.episode_index,
+                        frame=self.lo + k,
+                        fix="the dataset is inconsistent; download it again or rebuild meta/",
+                    )
+                )
+
+    def __enter__(self) -> EpisodeRangeReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Hand the video decoders back to the builder, which keeps a few open for reuse."""
+        videos, self.videos = self.videos, {}
+        for v in videos.values():
+            self.builder.release(v)
+
+    def items(self, frames: Sequence[int] | range) -> list[dict[str, Any]]:
+        """Build the items of ``frames`` (episode-local, increasing, inside ``[start, stop)``)."""
+        return unbind(self.columns(frames))
+
+    def columns(self, frames: Sequence[int] | range) -> dict[str, Any]:
+        """The items of ``frames`` as columns: what ``default_collate`` makes of :meth:`items`."""
+        return self.builder.finish(self.raw(frames))
+
+    def raw(
+        self,
+        frames: Sequence[int] | range,
+        into: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The items of ``frames`` as numpy columns, before :meth:`ItemBuilder.finish`.
+
+        Every value has the frames along its first axis, in the key order of an item. Camera
+        frames are RGB uint8 ``(..., 3, H, W)``, image features uint8 ``(..., C, H, W)``
+        (decoded here); string features are object arrays of ``str``; ``task`` holds task
+        indices. Rows of
+        several calls can be concatenated and reordered with plain numpy (memory copies) before
+        the one conversion to tensors, which is what the streaming path does per batch.
+
+        ``into`` maps cameras to ``(buffer, rows)``: those cameras' frames are decoded straight
+        into ``buffer[rows[i]]`` for ``frames[i]`` (shape :meth:`ItemBuilder.camera_shape`) and
+        left out of the result.
+        """
+        frames = np.asarray(frames, dtype=np.int64)
+        if frames.size == 0:
+            return {}
+        if (
+            frames[0] < self.start
+            or frames[-1] >= self.stop
+            or (frames.size > 1 and np.any(np.diff(frames) <= 0))
+        ):
+            raise IndexError(
+                describe(
+                    "Frames must be increasing and inside the reader's range",
+                    expected=f"frames in [{self.start}, {self.stop})",
+                    found=f"{frames[:5].tolist()}...",
+                    episode=self.ep.episode_index,
+                )
+            )
+        b = self.builder
+        length = self.ep.length
+        local = frames - self.lo
+        out: dict[str, np.ndarray] = {}
+        query: dict[str, np.ndarray] = {}
+        pads: dict[str, np.ndarray] = {}
+        for key, d in (b.delta or {}).items():
+            raw = frames[:, None] + d[None, :]
+            query[key] = np.clip(raw, 0, length - 1)
+            pads[f"{key}_is_pad"] = (raw < 0) | (raw >= length)
+        cams = list(self.ep.videos)
+        for cam in cams:
+            self._video(cam)  # acquire decoders here, not on the decoding threads
+        into = into or {}
+        images = b.map_cameras(
+            lambda cam: self._images(cam, query.get(cam), frames, into.get(cam)), cams
+        )
+        out.update((c, im) for c, im in zip(cams, images, strict=True) if c not in into)
+        for c in b.columns:
+            rows = query[c] - self.lo if c in query else local
+            out[c] = self._decode(c, rows) if c in b.image_keys else self.rows[c][rows]
+        out.update(pads)
+        task_col = self.rows.get("task_index")
+        if task_col is not None:
+            out["task"] = np.asarray(task_col[local], dtype=np.int64)
+        return out
+
+    def _decode(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Image feature ``key`` at ``rows`` (indices into the rows read, any shape) as uint8
+        ``(*rows.shape, C, H, W)``; each distinct row is decoded once (windows overlap)."""
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        feature = self.builder.meta.features[key]
+        column = self.rows[key]
+        decoded = np.stack(
+            [
+                decode_image(
+                    column[k],
+                    key=key,
+                    feature=feature,
+                    file=self.path,
+                    episode=self.ep.episode_index,
+                    frame=self.lo + k,
+                )
+                for k in uniq.tolist()
+            ]
+        )
+        return decoded[inverse.reshape(rows.shape)]
+
+    def _video(self, cam: str) -> VideoReader:
+        video = self.videos.get(cam)
+        if video is None:
+            video = self.videos[cam] = self.builder.video(
+                self.builder.meta.root / self.ep.videos[cam].path,
+                episode=self.ep.episode_index,
+                cache_frames=self._cache_frames,
+            )
+            self.builder.check_video(cam, video)
+        return video
+
+    def _images(
+        self,
+        cam: str,
+        q: np.ndarray | None,
+        frames: np.ndarray,
+        into: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``.
+
+        With ``into = (buffer, rows)`` they are written to ``buffer[rows]`` instead (and
+        ``buffer`` is returned)."""
+        ref = self.ep.videos[cam]
+        wanted = q if q is not None else frames
+        uniq = np.unique(wanted) if q is not None else frames
+        times = ref.from_timestamp + self.timestamps[uniq - self.lo]
+        video = self._video(cam)
+        tol = self.builder.options.tolerance_s
+        if into is not None and q is not None:
+            return self._window_into(video, times, uniq, q, *into)
+        decoded = video.frames_at(
+            times,
+            tolerance_s=tol,
+            frame_numbers=uniq.tolist(),
+            channels_first=True,
+            out=into[0] if into is not None else None,
+            rows=into[1] if into is not None else None,
+        )
+        if q is None:
+            return decoded
+        picked = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
+        return picked[:, 0] if picked.shape[1] == 1 else picked  # lerobot squeezes one frame
+
+    def _window_into(
+        self,
+        video: VideoReader,
+        times: np.ndarray,
+        uniq: np.ndarray,
+        q: np.ndarray,
+        buffer: np.ndarray,
+        rows: np.ndarray,
+    ) -> np.ndarray:
+        """Decode a delta window's frames into ``buffer[rows]`` (``(B, w, 3, H, W)``, or
+        ``(B, 3, H, W)`` for a one-frame window): each distinct frame is decoded once into its
+        first place and copied to the others (a frame is in the windows of several items)."""
+        w = q.shape[1]
+        flat = buffer.view()
+        flat.shape = (-1, *buffer.shape[-3:])  # a view of (B * w) frames; never a copy
+        dest = (np.asarray(rows, dtype=np.int64)[:, None] * w + np.arange(w)).ravel()
+        which = np.searchsorted(uniq, q).ravel()  # the distinct frame each place shows
+        _, first = np.unique(which, return_index=True)  # every distinct frame occurs
+        primary = dest[first]
+        video.frames_at(
+            times,
+            tolerance_s=self.builder.options.tolerance_s,
+            frame_numbers=uniq.tolist(),
+            channels_first=True,
+            out=flat,
+            rows=primary,
+        )
+        others = np.ones(len(dest), dtype=bool)
+        others[first] = False
+        for d, src in zip(dest[others].tolist(), primary[which[others]].tolist(), strict=True):
+            flat[d] = flat[src]  # one copy per place (a fancy-indexed copy makes two)
+        return buffer
+
+
+def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Split columns (frames along the first axis) into one dict per frame."""
+    n = len(next(iter(cols.values()))) if cols else 0
+    return [{k: v[i] for k, v in cols.items()} for i in range(n)]
