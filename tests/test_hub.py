@@ -184,7 +184,7 @@ def test_download_patterns_collapse_full_folders_and_escape(v30, v21):
     )
     assert download_patterns(meta, [0]) == episode_files(meta, [0])
     assert download_patterns(load_metadata(v21.root), range(7)) == ("data/*", "videos/*")
-    from robo_resume.hub import _escape
+    from robo_resume.hub_patterns import _escape
 
     assert _escape("videos/cam[1]/a*b?.mp4") == "videos/cam[[]1]/a[*]b[?].mp4"
     assert (
