@@ -155,6 +155,10 @@ class ChunkedEpisodeDataset(IterableDataset):
         episodes: episode indices to use (``index`` values stay absolute), a slice string by
             position such as ``"train[:90%]"``, or a seeded :class:`~robo_resume.splits.Split`
             (see :mod:`robo_resume.splits`); the resolved indices are in the fingerprint.
+        features: which features items hold: a list of keys to keep, or ``{key: None}`` for
+            keys to drop (None: all). A feature left out is never opened or decoded, so a
+            policy that uses one camera of four decodes one, and a copy without some camera's
+            mp4s streams the rest (:meth:`~robo_resume.format.metadata.DatasetMeta.select`).
         delta_timestamps, image_transforms, image_dtype: as in :class:`LeRobotReader`.
         drop_last: make every stream's epoch a whole number of batches (pass the same value to
             the DataLoader; :meth:`dataloader` does).
@@ -189,6 +193,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         resume_strict: bool = True,
         chunk_frames: int = 64,
         episodes: EpisodeSelection = None,
+        features: Sequence[str] | Mapping[str, None] | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
@@ -232,8 +237,10 @@ class ChunkedEpisodeDataset(IterableDataset):
             )
         self.tuning = tuning or StreamTuning()
         if meta is None and (repo_id is not None or root is None):
-            root, meta = resolve_dataset(repo_id, root=root, revision=revision, episodes=episodes)
-        self.meta = meta if meta is not None else load_metadata(root)
+            root, meta = resolve_dataset(
+                repo_id, root=root, revision=revision, episodes=episodes, features=features
+            )
+        self.meta = (meta if meta is not None else load_metadata(root)).select(features)
         self.episodes = select_episodes(self.meta, episodes)
         self.batch_size = batch_size
         self.seed = seed

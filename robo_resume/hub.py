@@ -256,16 +256,21 @@ def resolve_dataset(
     root: str | Path | None = None,
     revision: str | None = None,
     episodes: EpisodeSelection = None,
+    features: Any = None,
     cache_dir: str | Path | None = None,
     local_files_only: bool = False,
     _download: Download | None = None,
 ) -> tuple[Path, DatasetMeta]:
-    """:func:`resolve_root`, also returning the dataset's metadata (loaded once)."""
+    """:func:`resolve_root`, also returning the dataset's metadata (loaded once).
+
+    ``features`` (see :meth:`~robo_resume.format.metadata.DatasetMeta.select`): the files of
+    features left out are not downloaded, and the returned metadata is the selected one.
+    """
     local_dir = None
     if root is not None:
         root = Path(root).expanduser()
         if (root / "meta" / "info.json").is_file():
-            return root, load_metadata(root)
+            return root, load_metadata(root).select(features)
         if repo_id is None:
             raise MissingFileError(
                 describe(
@@ -314,7 +319,7 @@ def resolve_dataset(
                 else "check that the repo is a LeRobot dataset and the revision is right",
             )
         )
-    meta = load_metadata(folder)
+    meta = load_metadata(folder).select(features)
     selected = select_episodes(meta, episodes)
     files = episode_files(meta, selected)
     missing = [f for f in files if not (folder / f).is_file()]

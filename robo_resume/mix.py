@@ -220,6 +220,7 @@ class MixedDataset(IterableDataset):
                     seed=self.source_seed(i),
                     chunk_frames=src.chunk_frames or chunk_frames,
                     episodes=src.episodes,
+                    features={k: None for k, v in src.keys.items() if v is None} or None,
                     delta_timestamps=self._source_delta(i, delta_timestamps),
                     image_transforms=image_transforms,
                     image_dtype=image_dtype,
@@ -279,9 +280,9 @@ class MixedDataset(IterableDataset):
         return {back.get(k, k): v for k, v in delta.items()}
 
     def _check_source(self, i: int) -> dict[str, str | None]:
-        feats = self.datasets[i].meta.features
+        feats = self.datasets[i].meta.features  # without the features mapped to None
         keys = dict(self.sources[i].keys)
-        unknown = [k for k in keys if k not in feats]
+        unknown = [k for k in keys if k not in feats and k not in self.datasets[i].meta.dropped]
         if unknown:
             raise DatasetFormatError(
                 describe(

@@ -38,6 +38,10 @@ class LeRobotReader(torch.utils.data.Dataset):
         revision: Hub branch, tag (e.g. "v3.0", "v2.1") or commit; None: the default branch.
         episodes: episode indices to keep (``index`` values stay absolute, as in lerobot), a
             slice string like ``"train[:90%]"`` or a :class:`~robo_resume.splits.Split`.
+        features: which features items hold: a list of keys to keep, or ``{key: None}`` for
+            keys to drop (None: all). A feature left out is never opened or decoded, so a
+            policy that uses one camera of four decodes one, and a copy without some camera's
+            mp4s streams the rest (:meth:`~robo_resume.format.metadata.DatasetMeta.select`).
         delta_timestamps: ``{key: [seconds, ...]}`` windows, as in lerobot.
         image_transforms: applied to each camera tensor of an item.
         image_dtype: "float32" (lerobot's default) or "uint8".
@@ -55,6 +59,7 @@ class LeRobotReader(torch.utils.data.Dataset):
         repo_id: str | None = None,
         revision: str | None = None,
         episodes: EpisodeSelection = None,
+        features: Sequence[str] | Mapping[str, None] | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
@@ -63,8 +68,10 @@ class LeRobotReader(torch.utils.data.Dataset):
         meta: DatasetMeta | None = None,
     ) -> None:
         if meta is None and (repo_id is not None or root is None):
-            root, meta = resolve_dataset(repo_id, root=root, revision=revision, episodes=episodes)
-        self.meta = meta if meta is not None else load_metadata(root)
+            root, meta = resolve_dataset(
+                repo_id, root=root, revision=revision, episodes=episodes, features=features
+            )
+        self.meta = (meta if meta is not None else load_metadata(root)).select(features)
         self.repo_id, self.revision = repo_id, revision
         self.options = ItemOptions(
             delta_timestamps=delta_timestamps,

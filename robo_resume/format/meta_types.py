@@ -6,8 +6,8 @@ What :func:`robo_resume.format.metadata.load_metadata` returns; no file is read 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,10 @@ _CONVERT_HINT = {
         "then to v3.0 with python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=..."
     ),
 }
+
+
+REQUIRED_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+"""Columns :meth:`DatasetMeta.select` always keeps: they place each frame and name its task."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class DatasetMeta:
 
     ``episodes`` is sorted by ``episode_index``; ``tasks[i]`` is the task string of
     ``task_index == i``. ``camera_keys`` are the video features in info.json order.
+    ``dropped`` are the features left out by :meth:`select` (never opened or decoded); the
+    fingerprint still counts them, since they do not change which frames a run reads.
     """
 
     root: Path
@@ -85,6 +91,83 @@ class DatasetMeta:
     tasks: tuple[str, ...]
     info: Mapping[str, Any]
     stats: Mapping[str, Any]
+    dropped: tuple[str, ...] = ()
+
+    def select(self, features: Any) -> DatasetMeta:
+        """This metadata without the features not selected: they are never opened or decoded.
+
+        ``features`` is None (all), a sequence of feature keys to keep, or a mapping
+        ``{key: None}`` of keys to drop. The columns every item needs (``index``,
+        ``episode_index``, ``frame_index``, ``timestamp``, ``task_index``) are always kept. A
+        dropped video feature's files are not needed at all (neither checked nor opened), so a
+        copy of a dataset without some camera's mp4s streams the other features. Renaming is
+        :class:`~robo_resume.mix.MixSource`'s ``keys=`` (a mix maps each source to its names).
+        Raises ValueError naming unknown keys, a rename, or a required column.
+        """
+        if features is None:
+            return self
+        known = list(self.features) + list(self.dropped)
+        if isinstance(features, Mapping):
+            renames = {k: v for k, v in features.items() if v is not None and v != k}
+            if renames:
+                raise ValueError(
+                    describe(
+                        "features= renames keys, which a single dataset does not do",
+                        expected="a list of keys to keep, or {key: None} for keys to drop",
+                        found=renames,
+                        fix="rename in a mix with MixSource(root, keys={...}), or rename the "
+                        "keys of the batches in the training loop",
+                    )
+                )
+            drop = [k for k, v in features.items() if v is None]
+            keep = [k for k in self.features if k not in drop]
+            named = list(features)
+        elif isinstance(features, str) or not isinstance(features, Iterable):
+            raise ValueError(
+                describe(
+                    "features= must name keys",
+                    expected="a list of keys to keep, or {key: None} for keys to drop",
+                    found=repr(features)[:120],
+                )
+            )
+        else:
+            named = keep = list(features)
+        unknown = [k for k in named if k not in known]
+        if unknown:
+            raise ValueError(
+                describe(
+                    "features= names keys the dataset does not have",
+                    expected=f"keys among {known}",
+                    found=unknown,
+                    file=self.root / "meta" / "info.json",
+                )
+            )
+        gone = [k for k in self.features if k not in keep]
+        required = [k for k in gone if k in REQUIRED_COLUMNS]
+        if required:
+            raise ValueError(
+                describe(
+                    "features= leaves out columns every item needs",
+                    expected=f"{list(REQUIRED_COLUMNS)} kept (they place each frame)",
+                    found=required,
+                    fix="leave these keys out of the selection; drop them from the batches if "
+                    "the model does not use them",
+                )
+            )
+        if not gone:
+            return self
+        drop_set = set(gone)
+        episodes = tuple(
+            replace(e, videos={c: r for c, r in e.videos.items() if c not in drop_set})
+            for e in self.episodes
+        )
+        return replace(
+            self,
+            features={k: v for k, v in self.features.items() if k not in drop_set},
+            camera_keys=tuple(c for c in self.camera_keys if c not in drop_set),
+            episodes=episodes,
+            dropped=tuple(sorted({*self.dropped, *gone})),
+        )
 
     @property
     def total_frames(self) -> int:
@@ -213,7 +296,7 @@ class DatasetMeta:
         h = hashlib.sha256()
         h.update(lengths.tobytes())
         h.update(starts.tobytes())
-        h.update(json.dumps(sorted(self.features), sort_keys=True).encode())
+        h.update(json.dumps(sorted({*self.features, *self.dropped}), sort_keys=True).encode())
         return {
             "version": self.version,
             "fps": self.fps,
