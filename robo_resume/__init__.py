@@ -20,6 +20,7 @@ from .errors import (
     UnsupportedFeatureError,
     UnsupportedVersionError,
     VideoDecodeError,
+    WorkerStartError,
 )
 from .format.metadata import DatasetMeta, load_metadata
 from .reader import LeRobotReader
@@ -45,6 +46,7 @@ __all__ = [
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "VideoDecodeError",
+    "WorkerStartError",
     "__version__",
     "load_metadata",
     "worker_context",
