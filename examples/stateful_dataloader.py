@@ -22,7 +22,8 @@ def main() -> None:
 
     def loader():
         ds = ChunkedEpisodeDataset(root, batch_size=8, seed=0, chunk_frames=16)
-        # forkserver workers: see ChunkedEpisodeDataset.dataloader
+        # any start method works (README "Worker start methods"); a forkserver that preloads
+        # torch, robo_resume and pyarrow is shown here
         return StatefulDataLoader(
             ds, batch_size=8, num_workers=2, multiprocessing_context=worker_context()
         )

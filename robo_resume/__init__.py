@@ -28,6 +28,7 @@ from .errors import (
     UnsupportedFeatureError,
     UnsupportedVersionError,
     VideoDecodeError,
+    WorkerStartError,
 )
 from .files import check_files, readable_episodes
 from .format.metadata import DatasetMeta, load_metadata
@@ -58,6 +59,7 @@ __all__ = [
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "VideoDecodeError",
+    "WorkerStartError",
     "__version__",
     "check_files",
     "load_checkpoint",

@@ -1,7 +1,8 @@
 """Atomic checkpoint files: a crash while saving leaves the previous checkpoint intact.
 
-:func:`save_checkpoint` (anything ``torch.save`` accepts, e.g. ``{"model": ..., "optimizer":
-..., "step": s, "data": tracker.state_dict()}``) and :func:`save_state` (the data
+:func:`save_checkpoint` (tensors, dicts, lists, tuples, numbers and strings, e.g. ``{"model":
+..., "optimizer": ..., "step": s, "data": tracker.state_dict()}``: what :func:`load_checkpoint`
+loads safely) and :func:`save_state` (the data
 :class:`~robo_resume.state.ResumeState` alone, as JSON) share one atomic write:
 
 1. write to a temporary sibling ``.<name>.<random>.tmp`` in the same folder (same file system,
@@ -136,7 +137,12 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
 
 
 def save_checkpoint(obj: Any, path: str | Path) -> Path:
-    """Save ``obj`` with ``torch.save`` to ``path`` atomically; returns the path."""
+    """Save ``obj`` with ``torch.save`` to ``path`` atomically; returns the path.
+
+    For tensors, dicts, lists, tuples, numbers and strings (state dicts, the step, the
+    tracker's state): what :func:`load_checkpoint` loads without ``trusted=True``. Other
+    objects are saved too, but loading them needs ``trusted=True``.
+    """
     return atomic_write(path, lambda f: torch.save(obj, f))
 
 

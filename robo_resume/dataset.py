@@ -45,7 +45,7 @@ from .errors import (
 )
 from .format.metadata import DatasetMeta, load_metadata
 from .format.validate import inside_root
-from .format.video import VideoReader, decoded_in_this_process
+from .format.video import VideoReader
 from .hub import resolve_dataset
 from .index.elastic import Layout, Level, build_layout, check_positions, replan
 from .index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
@@ -63,6 +63,8 @@ from .splits import EpisodeSelection, select_episodes
 from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState, StreamCursor
 from .state.skips import SkipLog
 from .tracker import CursorTracker
+from .workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+from .workers import check_worker_start, start_method, worker_death_hint
 
 __all__ = [
     "CURSOR_KEY",
@@ -88,7 +90,8 @@ SKIP_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMis
 """Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
 
 WORKER_START_METHOD: str | None = None
-"""Start method :meth:`ChunkedEpisodeDataset.dataloader` uses (None: torch's default)."""
+"""Start method :meth:`ChunkedEpisodeDataset.dataloader` uses when the call names none (None:
+torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
 
 
 @dataclass(frozen=True)
@@ -849,14 +852,15 @@ class ChunkedEpisodeDataset(IterableDataset):
         process as uint8 and are converted there (not with ``pin_memory=True``, where the
         worker converts). Passing ``collate_fn`` gives a plain item DataLoader instead.
 
-        Workers start with torch's default method (fork on Linux) unless
-        ``multiprocessing_context`` is given or :data:`WORKER_START_METHOD` is set. If the
-        process that creates the workers has itself decoded video (e.g. streamed with
-        ``num_workers=0`` or used a ``LeRobotReader``), forked workers can crash on FFmpeg's
-        threads, so the workers then start from a forkserver (:func:`worker_context`); pass
-        ``multiprocessing_context=worker_context()`` yourself if the process read parquet with
-        threads only. A forkserver's workers outlive a SIGKILLed parent for a moment, which is
-        why it is not the default.
+        Workers start with the method you choose: ``multiprocessing_context="fork"``,
+        ``"spawn"``, ``"forkserver"`` or a context; without one, torch's default (``fork`` on
+        Linux), or :data:`WORKER_START_METHOD` when set. ``fork`` is safe also after this process
+        decoded video or read parquet (inherited decoders are dropped in the worker, see
+        ``robo_resume.format.video``) and starts fastest. ``spawn`` and ``forkserver`` workers
+        import the main script again and receive the dataset by pickle: a missing
+        ``if __name__ == "__main__":``, an unpicklable transform or a function defined in a
+        notebook raise :class:`~robo_resume.errors.WorkerStartError` before any worker starts
+        (``robo_resume.workers``).
         """
         for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler"):
             if bad in kwargs:
@@ -867,18 +871,18 @@ class ChunkedEpisodeDataset(IterableDataset):
                         fix=f"set {bad} on the dataset (or build the DataLoader yourself)",
                     )
                 )
-        if num_workers > 0 and "multiprocessing_context" not in kwargs:
-            method = WORKER_START_METHOD or ("forkserver" if decoded_in_this_process() else None)
-            if method:
-                kwargs["multiprocessing_context"] = worker_context(method)
+        if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
+            kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
         if "collate_fn" in kwargs:  # the user collates items: hand them items
-            return torch.utils.data.DataLoader(
+            loader = torch.utils.data.DataLoader(
                 self,
                 batch_size=self.batch_size,
                 drop_last=self.drop_last,
                 num_workers=num_workers,
                 **kwargs,
             )
+            check_worker_start(loader)
+            return loader
         float_keys: tuple[str, ...] = ()
         if (
             num_workers > 0
@@ -992,8 +996,15 @@ class BatchLoader(torch.utils.data.DataLoader):
                 ds.ring_flags.share_memory_()
             ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
-            check_picklable(self)
-        it = _LoaderIterator(super().__iter__(), self.float_keys, ring, owner=self)
+            check_worker_start(self)  # spawn/forkserver: what fails in a worker, named here
+        try:
+            inner = super().__iter__()
+        except RuntimeError as exc:  # a worker died while torch was still starting them
+            hinted = _with_death_hint(exc, None, start_method(self))
+            if hinted is not None:
+                raise hinted from exc
+            raise
+        it = _LoaderIterator(inner, self.float_keys, ring, owner=self)
         self._live_len = it._length = length
         return it
 
@@ -1004,51 +1015,6 @@ def _length_source(ds: Any) -> Any:
     return inner if hasattr(inner, "batches_next_iteration") else None
 
 
-def check_picklable(loader: torch.utils.data.DataLoader) -> None:
-    """Before workers start by 'spawn' or 'forkserver', make sure what they need pickles.
-
-    Those start methods send the dataset (with its transforms), the collate and the
-    worker_init functions to every worker by pickle; a lambda or a local function fails there
-    with a PicklingError from deep inside multiprocessing. Raise a :class:`TypeError` naming
-    the object and the fix instead, before any worker starts. Nothing is checked under 'fork'.
-    """
-    import multiprocessing
-    import pickle
-
-    ctx = loader.multiprocessing_context
-    method = ctx.get_start_method() if ctx is not None else multiprocessing.get_start_method()
-    if method == "fork":
-        return
-    inner = getattr(loader.dataset, "dataset", None) or getattr(loader.dataset, "mix", None)
-    parts = getattr(inner, "datasets", None) or [inner]
-    transforms = [
-        getattr(getattr(getattr(d, "items", None), "options", None), "image_transforms", None)
-        for d in parts
-    ]
-    candidates = [("image_transforms", t) for t in transforms if t is not None] + [
-        ("collate_fn", loader.collate_fn),
-        ("worker_init_fn", loader.worker_init_fn),
-        ("the dataset", loader.dataset),
-    ]
-    for name, obj in candidates:
-        if obj is None:
-            continue
-        try:
-            pickle.dumps(obj)
-        except Exception as exc:
-            raise TypeError(
-                describe(
-                    f"DataLoader workers start with {method!r}, which sends {name} to every "
-                    "worker by pickle, and it does not pickle",
-                    expected="a module-level function or an object of a module-level class",
-                    found=f"{name} = {obj!r} ({type(exc).__name__}: {exc})",
-                    fix="define it at module level (not a lambda or a function inside a "
-                    "function), or start the workers with multiprocessing_context='fork' "
-                    "(Linux)",
-                )
-            ) from exc
-
-
 def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     for k in keys:
         batch[k] = to_float(batch[k])  # one pass into a pooled buffer (see BufferPool)
@@ -1057,42 +1023,13 @@ def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 _WORKER_DIED = re.compile(r"DataLoader worker \(pid")
 
-WORKER_DIED_HINT = (
-    "robo_resume: a DataLoader worker died (killed by the OS, e.g. out of memory, or by a "
-    "signal). The resume state is intact: the tracker only records batches the training loop "
-    "consumed. Restart and resume from your last checkpoint with "
-    "ChunkedEpisodeDataset(..., resume_state=checkpoint['data']); batches consumed after that "
-    "checkpoint are redone, like the model's steps. If memory ran out, lower num_workers, "
-    "StreamTuning(interleave=..., block_frames=...) or prefetch_factor."
-)
-"""Appended to torch's "DataLoader worker (pid ...) is killed by signal" / "exited
-unexpectedly" RuntimeError by :class:`BatchLoader`'s iterator (the original is chained); an
-EOFError or ConnectionError from a worker killed while handing over a batch becomes such a
-RuntimeError too. torch's SIGCHLD handler (forked workers) can also raise its error outside the
-iterator, e.g. during the training step; that one arrives without the hint."""
 
-WORKER_FAILED_HINT = (
-    "robo_resume: a DataLoader worker exited with an error (exit code {code}), it was not "
-    "killed: its traceback is printed above this one. With the 'spawn' or 'forkserver' start "
-    "method every worker imports your script's main module again, so a script without "
-    '`if __name__ == "__main__":` around its training code starts over inside each worker '
-    'and fails ("...before the current process has finished its bootstrapping phase"): '
-    'put the code under that guard, or pass multiprocessing_context="fork". An ImportError '
-    "there means the worker cannot import a module the main process has. The resume state is "
-    "intact: restart and resume from your last checkpoint."
-)
-"""Used instead of :data:`WORKER_DIED_HINT` when every dead worker exited with a code > 0 (an
-exception in the worker, e.g. a missing main guard under spawn): the out-of-memory hint is
-only for workers killed by a signal."""
-
-
-def worker_death_hint(it: Any) -> str:
-    """The hint for a dead-worker error: out of memory only if a worker died of a signal."""
-    workers = getattr(it, "_workers", None) or []
-    codes = [w.exitcode for w in workers if not w.is_alive()]
-    if codes and all(c is not None and c > 0 for c in codes):
-        return WORKER_FAILED_HINT.format(code=codes[0])
-    return WORKER_DIED_HINT
+def _with_death_hint(exc: RuntimeError, it: Any, method: str | None) -> RuntimeError | None:
+    """torch's dead-worker error with robo_resume's hint appended (None: another error)."""
+    text = str(exc)
+    if not _WORKER_DIED.search(text) or "robo_resume: a DataLoader" in text:
+        return None
+    return RuntimeError(f"{text}\n{worker_death_hint(it, method, text)}")
 
 
 def _dead_workers(it: Any, wait_s: float = 2.0) -> list[str]:
@@ -1162,8 +1099,9 @@ class _LoaderIterator:
                 self._owner._live_len = None
             raise
         except RuntimeError as exc:
-            if _WORKER_DIED.search(str(exc)) and "robo_resume: a DataLoader" not in str(exc):
-                raise RuntimeError(f"{exc}\n{worker_death_hint(self._it)}") from exc
+            hinted = _with_death_hint(exc, self._it, self._method())
+            if hinted is not None:
+                raise hinted from exc
             raise
         except (EOFError, ConnectionError) as exc:
             # a worker killed while handing over a batch's shared memory: torch raises this
@@ -1173,7 +1111,7 @@ class _LoaderIterator:
                 raise
             raise RuntimeError(
                 f"DataLoader worker (pid(s) {', '.join(dead)}) died while sending a batch "
-                f"({type(exc).__name__}: {exc})\n{WORKER_DIED_HINT}"
+                f"({type(exc).__name__}: {exc})\n{worker_death_hint(self._it, self._method())}"
             ) from exc
         ticket = batch.pop(RELEASE_KEY, None) if isinstance(batch, dict) else None
         if ticket is not None and self._ring is not None:
@@ -1184,6 +1122,9 @@ class _LoaderIterator:
 
     def __len__(self) -> int:
         return self._length if self._length is not None else len(self._it)
+
+    def _method(self) -> str | None:
+        return start_method(self._owner) if self._owner is not None else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_it"], name)
@@ -1392,10 +1333,14 @@ FORKSERVER_PRELOAD = [
 
 
 def worker_context(method: str = "forkserver"):
-    """The multiprocessing context robo_resume uses for DataLoader workers (forkserver).
+    """A multiprocessing context for DataLoader workers, if you choose one other than fork.
 
-    Pass it as ``multiprocessing_context=`` when you build a DataLoader (or torchdata's
-    StatefulDataLoader) yourself; see :meth:`ChunkedEpisodeDataset.dataloader` for why.
+    ``worker_context()`` is a forkserver whose server preloads torch, robo_resume, pyarrow and
+    pandas once (each worker then starts without importing them); pass it as
+    ``multiprocessing_context=`` to :meth:`ChunkedEpisodeDataset.dataloader`, a DataLoader or
+    torchdata's StatefulDataLoader. Not needed for safety: fork works after this process
+    decoded (see :meth:`ChunkedEpisodeDataset.dataloader`). None where ``method`` does not
+    exist (no forkserver on Windows).
     """
     import multiprocessing as mp
 

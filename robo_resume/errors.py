@@ -21,6 +21,7 @@ __all__ = [
     "UnsupportedFeatureError",
     "UnsupportedVersionError",
     "VideoDecodeError",
+    "WorkerStartError",
     "describe",
     "format_ranges",
 ]
@@ -115,3 +116,14 @@ class VideoDecodeError(RoboResumeError, RuntimeError):
 
 class ResumeStateError(RoboResumeError, ValueError):
     """A resume state does not fit this dataset, plan, seed or topology."""
+
+
+class WorkerStartError(RoboResumeError, TypeError):
+    """DataLoader workers cannot start as asked; raised before any worker starts.
+
+    A ``spawn`` or ``forkserver`` worker receives the dataset, transforms and functions by
+    pickle and imports the script's main module again: an object that does not pickle, a
+    function defined where a fresh interpreter cannot import it (a notebook, stdin), or a script
+    that starts workers outside ``if __name__ == "__main__":`` fails there. Derives from
+    ``TypeError`` (what this library raised for an unpicklable object before).
+    """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -425,6 +426,17 @@ def test_load_checkpoint_refuses_pickled_code_and_runs_none(tmp_path):
     # on purpose, for a file one wrote oneself: the code runs (this is what trusted means)
     load_checkpoint(path, trusted=True)
     assert marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_load_checkpoint_refuses_a_plain_pickle_that_runs_code(tmp_path, protocol):
+    """Not a torch zip file: a bare pickle stream (torch's legacy path) is refused the same way."""
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps({"step": 1, "x": _RunsCode(marker)}, protocol=protocol))
+    with pytest.raises(CorruptFileError, match=r"safe loading refuses.*evil\.pkl.*trusted=True"):
+        load_checkpoint(path)
+    assert not marker.exists(), "loading the checkpoint ran code pickled into it"
 
 
 def test_load_checkpoint_loads_what_save_checkpoint_is_for(tmp_path):

@@ -39,9 +39,16 @@ __all__ = [
 ]
 
 # Open readers of this process. A forked child (a DataLoader worker) inherits their containers,
-# whose FFmpeg decoder threads do not exist in the child: closing or garbage-collecting them
-# there crashes the child. After a fork the child detaches them and keeps the objects alive
-# unfinalized, and its readers reopen their files lazily.
+# and using or freeing one there goes wrong in two ways (reproduced by forking workers from
+# a process whose decoders stood mid-stream: the first in tests/test_worker_start.py, the second
+# on open50, a CorruptFileError in the worker):
+# - with decoder threads (decoder_threads != 1, FFmpeg's frame threads), the threads do not
+#   exist in the child: decoding on (or closing) the inherited decoder waits for them forever;
+# - the container's file descriptor shares its file offset with the parent's (one open file
+#   description), so parent and child reading on move each other's position: corrupt packets.
+# So right after the fork the child detaches every open container and keeps the objects alive
+# unfinalized (never closed or freed there); its readers reopen their files lazily, with new
+# descriptors and new threads. This is what makes fork safe after decoding in the parent.
 _OPEN: weakref.WeakSet = weakref.WeakSet()
 _INHERITED: list = []
 _DECODING_PIDS: set[int] = set()
@@ -50,14 +57,15 @@ _DECODING_PIDS: set[int] = set()
 def decoded_in_this_process() -> bool:
     """True once this process (not merely its parent) has opened a video decoder.
 
-    FFmpeg's decoder threads do not survive ``fork``: a DataLoader forked from such a process
-    can crash its workers, so :meth:`ChunkedEpisodeDataset.dataloader` then starts them from a
-    forkserver instead.
+    Informational: forking DataLoader workers after decoding is safe (the child detaches the
+    inherited decoders, see the comment above), so robo_resume no longer changes the start
+    method because of it.
     """
     return os.getpid() in _DECODING_PIDS
 
 
 def _detach_after_fork() -> None:
+    """In a forked child: drop the inherited containers from their readers (kept alive)."""
     for reader in list(_OPEN):
         if reader._container is not None:
             _INHERITED.append((reader._container, reader._stream, reader._frames))

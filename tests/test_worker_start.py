@@ -1,0 +1,244 @@
+"""Worker start (issue 13): fork after decoding, checks before spawn/forkserver workers start,
+and what a worker that failed to start reports.
+
+Every scenario that depends on the state of the main process (what it decoded, its __main__)
+runs in a fresh interpreter with a timeout, killed in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from robo_resume import ChunkedEpisodeDataset
+from robo_resume.errors import WorkerStartError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_python(args, *, stdin=None, timeout=60, cwd=None):
+    """Run a fresh interpreter (this checkout first on the path); kill it on timeout."""
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+@pytest.fixture(scope="module")
+def threaded_root(factory):
+    """mpeg4 files large enough that a decoder is mid-file after a few frames."""
+    return factory(
+        codec="mpeg4", episode_lengths=(150, 120), episodes_per_file=2, height=96, width=128
+    ).root
+
+
+FORK_AFTER_DECODE = """
+import multiprocessing as mp
+import sys
+
+import pyarrow.parquet as pq
+
+from robo_resume import ChunkedEpisodeDataset, StreamTuning
+from robo_resume.reader import LeRobotReader
+from robo_resume.testing import decode_frame_identity
+
+root, starts = sys.argv[1], int(sys.argv[2])
+peek = LeRobotReader(root)[0]  # a decoder stays open in this process
+for f in sorted(__import__("pathlib").Path(root, "data").rglob("*.parquet")):
+    pq.read_table(f, use_threads=True)  # Arrow's thread pools ran in this process
+# decoder_threads=0: FFmpeg's frame threads, which a forked child does not have
+tuning = StreamTuning(decoder_threads=0)
+ds = ChunkedEpisodeDataset(root, batch_size=4, infinite=True, tuning=tuning)
+here = iter(ds.dataloader(num_workers=0))
+next(here)  # this process's decoders stand mid-file, threads running, while it forks
+cam = "observation.images.cam0"
+checked = 0
+for i in range(starts):
+    workers = 2 if i % 10 == 0 else 1
+    loader = ds.dataloader(num_workers=workers, timeout=20)
+    assert loader.multiprocessing_context is None and mp.get_start_method() == "fork"
+    it = iter(loader)
+    for _ in range(workers):  # one batch from each worker
+        batch = next(it)
+        for img, idx, ep, fr in zip(batch[cam], batch["index"], batch["episode_index"],
+                                    batch["frame_index"]):
+            assert decode_frame_identity(img) == (int(ep), int(fr), 0), (i, int(idx))
+            checked += 1
+    del it, loader
+    next(here)
+print("starts", starts, "frames", checked)
+"""
+
+
+def test_fork_after_decode_200_loader_starts(threaded_root, tmp_path):
+    """200 loaders forked from a process that decoded (frame threads mid-file) and read parquet.
+
+    Without the after-fork detach in robo_resume/format/video.py, the first loader's workers
+    wait on the inherited decoder's threads, within the first 60 starts here (the loader's
+    timeout turns that into an error). One worker per start (two every tenth) keeps it short.
+    """
+    script = tmp_path / "fork_after_decode.py"
+    script.write_text(FORK_AFTER_DECODE)
+    code, out, err = run_python([str(script), str(threaded_root), "200"], timeout=150)
+    assert code == 0, err[-3000:]
+    assert "starts 200 frames 880" in out
+
+
+NOTEBOOK = """
+import torch
+from robo_resume import ChunkedEpisodeDataset
+from robo_resume.reader import LeRobotReader
+
+root = {root!r}
+sample = LeRobotReader(root)[0]  # peek at a sample first, as one does in a notebook
+ds = ChunkedEpisodeDataset(root, batch_size=8, image_transforms=lambda t: t * 2)
+loader = ds.dataloader(num_workers=2)
+plain = ChunkedEpisodeDataset(root, batch_size=8).dataloader(num_workers=2)
+got, want = list(loader), list(plain)
+assert len(got) == len(want) > 0
+cam = "observation.images.cam0"
+for a, b in zip(got, want):
+    assert torch.equal(a["index"], b["index"])
+    assert torch.equal(a[cam], b[cam] * 2)
+print("batches", len(got), "frames", sum(len(b["index"]) for b in got),
+      "image", tuple(sample[cam].shape))
+"""
+
+
+def test_notebook_peek_then_workers_with_a_lambda(factory):
+    """A kernel has no __main__ file: the code is fed through stdin to a fresh interpreter."""
+    root = factory(episode_lengths=(23, 41, 17)).root
+    code, out, err = run_python(["-"], stdin=NOTEBOOK.format(root=str(root)), timeout=90)
+    assert code == 0, err[-3000:]
+    assert "batches 10 frames 80 image (3, 48, 64)" in out, out
+
+
+NOTEBOOK_SPAWN = """
+from robo_resume import ChunkedEpisodeDataset
+
+def double(t):  # defined in the notebook: a spawn worker cannot import it
+    return t * 2
+
+ds = ChunkedEpisodeDataset({root!r}, batch_size=8, image_transforms=double)
+try:
+    iter(ds.dataloader(num_workers=2, multiprocessing_context={method!r}))
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_notebook_function_under_spawn_is_named_before_workers_start(factory, method):
+    root = factory(episode_lengths=(23, 41, 17)).root
+    src = NOTEBOOK_SPAWN.format(root=str(root), method=method)
+    code, out, err = run_python(["-"], stdin=src, timeout=60)
+    assert code == 0, err[-3000:]
+    assert out.startswith("WorkerStartError"), out
+    assert f"start with '{method}'" in out and "module '__main__'" in out
+    assert "notebook" in out and "image_transforms = <function double" in out
+    assert "move them into a .py module" in out
+    assert "multiprocessing_context='fork'" in out
+
+
+def test_missing_main_guard_is_named_before_workers_start(factory, tmp_path):
+    root = factory(episode_lengths=(23, 41, 17)).root
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from robo_resume import ChunkedEpisodeDataset
+
+            ds = ChunkedEpisodeDataset({str(root)!r}, batch_size=4)
+            for batch in ds.dataloader(num_workers=1, multiprocessing_context="spawn"):
+                pass
+            """
+        )
+    )
+    code, _, err = run_python([str(script)], timeout=60)
+    assert code != 0
+    assert "WorkerStartError: DataLoader workers start with 'spawn'" in err, err[-3000:]
+    assert "workers started at line 5, outside such a guard" in err
+    assert f"At file {script}" in err and 'if __name__ == "__main__":' in err
+    assert "exited unexpectedly" not in err and "out of memory" not in err
+
+
+def test_guarded_script_starts_spawn_workers(factory, tmp_path):
+    root = factory(episode_lengths=(23, 41, 17)).root
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from robo_resume import ChunkedEpisodeDataset
+
+            if __name__ == "__main__":
+                ds = ChunkedEpisodeDataset({str(root)!r}, batch_size=4, image_transforms=abs)
+                loader = ds.dataloader(num_workers=1, multiprocessing_context="spawn")
+                print("frames", sum(len(b["index"]) for b in loader))
+            """
+        )
+    )
+    code, out, err = run_python([str(script)], timeout=90)
+    assert code == 0, err[-3000:]
+    assert "frames 81" in out
+
+
+def test_import_error_in_a_spawn_worker_is_named_not_memory(factory, tmp_path):
+    """A module the main process imported but a fresh interpreter cannot (deleted since)."""
+    root = factory(episode_lengths=(23, 41, 17)).root
+    (tmp_path / "gone_transforms.py").write_text("def double(t):\n    return t * 2\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os
+
+            import gone_transforms
+            from robo_resume import ChunkedEpisodeDataset
+
+            if __name__ == "__main__":
+                os.remove(gone_transforms.__file__)
+                ds = ChunkedEpisodeDataset(
+                    {str(root)!r}, batch_size=4, image_transforms=gone_transforms.double
+                )
+                for batch in ds.dataloader(num_workers=1, multiprocessing_context="spawn"):
+                    pass
+            """
+        )
+    )
+    code, _, err = run_python([str(script)], timeout=90, cwd=tmp_path)
+    assert code != 0
+    assert "ModuleNotFoundError: No module named 'gone_transforms'" in err, err[-3000:]
+    assert "exited with code 1 while starting, it was not killed" in err, err
+    assert "a 'spawn' worker imports your main module" in err
+    assert "out of memory" not in err
+
+
+def test_unpicklable_collate_fn_of_the_item_loader(factory):
+    """The item DataLoader (collate_fn=...) is checked too, when it is built."""
+    root = factory(episode_lengths=(23, 41, 17)).root
+    ds = ChunkedEpisodeDataset(root, batch_size=4)
+    with pytest.raises(WorkerStartError, match=r"'forkserver'.*collate_fn = <function"):
+        ds.dataloader(num_workers=1, multiprocessing_context="forkserver", collate_fn=lambda b: b)
+    # under fork nothing is pickled: the same loader is fine
+    loader = ds.dataloader(num_workers=1, multiprocessing_context="fork", collate_fn=lambda b: b)
+    assert len(next(iter(loader))) == 4
