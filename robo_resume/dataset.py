@@ -50,6 +50,7 @@ from .hub import resolve_dataset
 from .index.elastic import Layout, Level, build_layout, check_positions, replan
 from .index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
 from .index.schedule import (
+    TAILS,
     Group,
     Schedule,
     ScheduleConfig,
@@ -97,8 +98,19 @@ class StreamTuning:
 
     Attributes:
         interleave: chunks open at once per stream whose frames are interleaved (1 = none).
-        tail: "drop" the few frames that do not divide evenly over the streams each epoch (a
-            different few every epoch), or "pad" by repeating frames from the epoch's start.
+        tail: what happens to the frames that do not divide evenly over the streams (DataLoader
+            workers x ranks) each epoch. "drop" (default, training): they are left out (fewer
+            than one per stream, a different few every epoch), every stream yields the same
+            number. "pad": the streams are filled up by repeating frames from the epoch's
+            start. "keep" (evaluation, see :meth:`evaluation`): every frame exactly once; the
+            streams get consecutive pieces of the epoch, and on each rank the first workers
+            may yield one batch more than the others (the DataLoader's round-robin order and
+            the resume arithmetic stay exact). Ranks get the same number of batches whenever
+            the frames allow it (always with one rank; with several ranks, 2+ workers and
+            batch size 2+ whenever there are at least as many frames as ranks); otherwise the
+            first ranks get one batch more, and a DDP collective per batch would wait forever:
+            gather each rank's results after the pass instead, or use "pad" (repeats frames).
+            Needs ``drop_last=False`` and epoch mode (not ``infinite``).
         shuffle: permute chunks each epoch and per stream (False = episode order, for eval).
         cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
         block_frames: frames read from one chunk at a time (bounds memory per open chunk).
@@ -122,6 +134,25 @@ class StreamTuning:
     def __post_init__(self) -> None:
         if self.block_frames < 1:
             raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
+        if self.tail not in TAILS:
+            raise ValueError(
+                describe("Unknown tail", expected=" or ".join(map(repr, TAILS)), found=self.tail)
+            )
+
+    @classmethod
+    def evaluation(cls, **overrides: Any) -> StreamTuning:
+        """The preset for validation and evaluation: every selected frame exactly once per pass.
+
+        ``shuffle=False`` and ``tail="keep"``: with ``num_workers=0`` the frames come in
+        dataset order (episode by episode, as selected); with workers, each worker reads a
+        consecutive piece of that order, so each worker's frames are in order and the
+        DataLoader alternates between the workers batch by batch. Use it with
+        ``drop_last=False`` (the default). Other knobs may be passed, e.g.
+        ``StreamTuning.evaluation(block_frames=32)``. Under DDP, rank ``r`` gets the ``r``-th
+        consecutive part of the frames (see ``tail``); sum or gather the metrics per rank
+        after the pass.
+        """
+        return cls(**{"shuffle": False, "tail": "keep", **overrides})
 
 
 def _hash(obj: Any) -> str:
@@ -231,6 +262,16 @@ class ChunkedEpisodeDataset(IterableDataset):
                 )
             )
         self.tuning = tuning or StreamTuning()
+        if self.tuning.tail == "keep" and (drop_last or infinite):
+            raise ValueError(
+                describe(
+                    "StreamTuning(tail='keep') yields every frame exactly once per pass",
+                    expected="drop_last=False and infinite=False",
+                    found=f"drop_last={drop_last}, infinite={infinite}",
+                    fix="evaluate with drop_last=False in epoch mode, or train with "
+                    "tail='drop' (default) or 'pad'",
+                )
+            )
         if meta is None and (repo_id is not None or root is None):
             root, meta = resolve_dataset(repo_id, root=root, revision=revision, episodes=episodes)
         self.meta = meta if meta is not None else load_metadata(root)
@@ -318,8 +359,9 @@ class ChunkedEpisodeDataset(IterableDataset):
         return s
 
     def batches_per_epoch(self, num_workers: int) -> int:
-        """Batches this rank's DataLoader yields per epoch (equal on every rank)."""
-        return self.schedule(num_workers).batches_per_rank
+        """Batches this rank's DataLoader yields per epoch (equal on every rank, except with
+        ``StreamTuning(tail="keep")`` when the frames cannot be split so)."""
+        return self.schedule(num_workers).rank_batches(self.rank)
 
     def batches_next_iteration(self, num_workers: int) -> int:
         """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
@@ -365,7 +407,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         sched = self.schedule(num_workers)
         if self.resume_state is None:
             batches = self.resume_step // self.batch_size
-            rp = resume_point(sched, batches, infinite=self.infinite)
+            rp = resume_point(sched, batches, infinite=self.infinite, rank=self.rank)
             return rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches
         return self._start_from_cursors(sched, num_workers)
 
@@ -921,7 +963,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         sched = self.schedule(num_workers)
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
-            self._log_resume(sched, stream, epoch, position)
+            self._log_resume(Layout(sched).view(epoch, stream), stream, epoch, position)
         slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
         return self._generate_batches(
             sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype

@@ -199,6 +199,22 @@ class MixedDataset(IterableDataset):
         period = default_period(weights) if period is None else period
         if isinstance(period, bool) or not isinstance(period, int) or not 1 <= period <= MAX_PERIOD:
             raise ValueError(describe("period must be an int in 1..1000", found=repr(period)))
+        keep = [
+            i
+            for i, s in enumerate(sources)
+            if (s.tuning or tuning or StreamTuning()).tail == "keep"
+        ]
+        if keep:
+            raise ValueError(
+                describe(
+                    "A mix cannot use StreamTuning(tail='keep') (every frame once)",
+                    expected="tail 'drop' or 'pad' (a mix stream stops when its first source "
+                    "runs out, which leaves frames of the other sources out)",
+                    found=f"tail='keep' for source(s) {keep}",
+                    fix="evaluate each dataset with ChunkedEpisodeDataset(root, episodes=..., "
+                    "tuning=StreamTuning.evaluation()) and rename its keys to the mix's names",
+                )
+            )
         self.sources = sources
         self.batch_size = batch_size
         self.seed = seed
