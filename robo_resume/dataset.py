@@ -396,6 +396,30 @@ class ChunkedEpisodeDataset(IterableDataset):
             total += -(-max(left, 0) // b)
         return total
 
+    def next_epoch(self, num_workers: int) -> int:
+        """The epoch the next iteration of this rank's loader (``num_workers``) plays.
+
+        Before the first iteration: the epoch the resume point stands in (0 without a resume;
+        after a resume, the interrupted epoch, or the next one when the checkpoint was taken
+        at its end; after an elastic resume, the remainder epoch's label, which is the
+        interrupted epoch's number). Then one more per iteration the loader started. Epoch
+        mode only (an infinite dataset has one endless iteration: TypeError). This is what
+        :meth:`BatchLoader.epochs` counts with, whatever topology the checkpoint had.
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "An infinite ChunkedEpisodeDataset has no epochs to count",
+                    expected="infinite=False",
+                    found="infinite=True: one endless iteration over consecutive epochs",
+                    fix="count steps, or use epoch mode and loader.epochs(n)",
+                )
+            )
+        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            return min(e for e, _ in starts)  # epoch mode: every role starts in one epoch
+        return int(self._slots[0, 0])
+
     def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int]], int]:
         """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
 
@@ -995,7 +1019,54 @@ class BatchLoader(torch.utils.data.DataLoader):
     def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
         self._live_len: int | None = None  # length of the iteration under way
+        self._iterations = 0  # iter() calls, for epochs()
         super().__init__(dataset, batch_size=None, **kwargs)
+
+    def epochs(self, n: int) -> Iterator[int]:
+        """The epoch numbers ``< n`` still to train, one per iteration of this loader.
+
+        Write the loop once, for the first run and for every resume::
+
+            for epoch in loader.epochs(n):
+                for batch in loader:
+                    ...
+
+        The first epoch yielded is where the dataset's resume point stands (see
+        :meth:`ChunkedEpisodeDataset.next_epoch`): after a checkpoint in the middle of epoch
+        ``e``, ``e`` (its first iteration is the rest of it); at its end, ``e + 1``; after a
+        resume with other workers, ranks or batch size, the remainder epoch ``e``. So the run
+        ends after epoch ``n - 1`` whatever the checkpoint's topology, and nobody counts.
+        Each step of the generator expects the body to iterate this loader (an epoch whose
+        loop breaks early counts as done, as with ``range``); a body that never iterates it
+        raises RuntimeError instead of yielding the same epoch again. Epoch mode only: an
+        infinite dataset (or a mix with ``exhausted="cycle"``) raises TypeError.
+        """
+        source = _length_source(self.dataset)
+        if source is None:
+            raise TypeError(
+                describe(
+                    "epochs() needs a loader made by dataset.dataloader()",
+                    found=f"a loader over {type(self.dataset).__name__}",
+                )
+            )
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(describe("epochs(n) needs an int n >= 0", found=repr(n)))
+        while True:
+            epoch = source.next_epoch(self.num_workers)
+            if epoch >= n:
+                return
+            started = self._iterations
+            yield epoch
+            if self._iterations == started:
+                raise RuntimeError(
+                    describe(
+                        "The body of `for epoch in loader.epochs(n)` did not iterate the loader",
+                        expected="`for batch in loader:` (this loader) inside the epoch loop",
+                        found=f"epoch {epoch} ended without an iteration of this loader",
+                        fix="iterate the same loader that epochs() was called on, once per "
+                        "epoch; each iteration is one epoch",
+                    )
+                )
 
     def __len__(self) -> int:
         """Batches of the iteration under way, else of the next one (epoch mode only).
@@ -1014,6 +1085,7 @@ class BatchLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         ds = self.dataset
+        self._iterations += 1
         self._live_len = None
         source = _length_source(ds)
         length = len(self) if source is not None and not source.infinite else None

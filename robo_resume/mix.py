@@ -462,6 +462,27 @@ class MixedDataset(IterableDataset):
             )
         return int(self.epoch_batches(int(self._slots[0, 0]), num_workers)) * wp
 
+    def next_epoch(self, num_workers: int) -> int:
+        """The mix epoch the next iteration of this rank's loader plays ("stop" only).
+
+        As :meth:`ChunkedEpisodeDataset.next_epoch`: the resume point's epoch (the next one
+        when the checkpoint was taken at an epoch's end), then one more per iteration; what
+        :meth:`~robo_resume.dataset.BatchLoader.epochs` counts with. TypeError with "cycle".
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "A cycling mix has no epochs to count",
+                    expected="exhausted='stop' for epochs",
+                    found="exhausted='cycle': one endless iteration",
+                    fix="count steps (the mix cycles through its sources' epochs)",
+                )
+            )
+        if int(self._slots[0, 1]) == 0:
+            _, starts, _ = self.start_point(num_workers)
+            return min(e for e, _, _ in starts)
+        return int(self._slots[0, 0])
+
     def batches_per_epoch(self, num_workers: int) -> int | None:
         """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
         j = self.epoch_batches(0, num_workers)
@@ -581,7 +602,9 @@ class MixedDataset(IterableDataset):
         return MixTracker(self)
 
     def epochs_started(self, state: Mapping[str, Any] | MixState, num_workers: int) -> int:
-        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle")."""
+        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle").
+
+        Prefer ``for epoch in loader.epochs(n)`` (:meth:`next_epoch` counts for you)."""
         if self.infinite:
             return 0
         st = MixState.from_dict(state)
