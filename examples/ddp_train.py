@@ -18,7 +18,6 @@ import torch
 import torch.distributed as dist
 
 from robo_resume import ChunkedEpisodeDataset, load_checkpoint, make_dataset, save_checkpoint
-from robo_resume.audit import epochs_started
 from robo_resume.demo import TinyPolicy
 
 
@@ -57,10 +56,10 @@ def main(argv=None) -> None:
         opt.load_state_dict(ckpt["optimizer"])
         step = ckpt["step"]
     cam = ds.meta.camera_keys[0]
-    remaining = a.epochs - (epochs_started(ds, ckpt["data"], a.num_workers) if ckpt else 0)
+    loader = ds.dataloader(num_workers=a.num_workers)
     with open(work / f"consumed.rank{rank}.txt", "a") as log:
-        for _ in range(remaining):
-            for batch in ds.dataloader(num_workers=a.num_workers):
+        for _epoch in loader.epochs(a.epochs):  # the epochs left, equal on every rank
+            for batch in loader:
                 batch = tracker.consume(batch)
                 out = model(batch["observation.state"], [batch[cam]])
                 loss = torch.nn.functional.mse_loss(out, batch["action"])

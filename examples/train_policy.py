@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 from robo_resume import ChunkedEpisodeDataset, load_checkpoint, make_dataset, save_checkpoint
-from robo_resume.audit import epochs_started
 from robo_resume.demo import TinyPolicy
 
 
@@ -63,9 +62,10 @@ def main(argv=None) -> None:
         step = ckpt["step"]
 
     # 3. The loop: each iter() is one epoch; the first one after a resume is the rest of it.
-    remaining = a.epochs - (epochs_started(ds, ckpt["data"], a.num_workers) if ckpt else 0)
+    #    loader.epochs(n) yields the epochs still to train (from the checkpoint's epoch on,
+    #    whatever num_workers it was saved with), so the run always ends after epoch n - 1.
     with open(work / "consumed.txt", "a") as log:
-        for _ in range(remaining):
+        for _epoch in loader.epochs(a.epochs):
             for batch in loader:
                 batch = tracker.consume(batch)  # record cursors; strip the cursor key
                 loss = torch.nn.functional.mse_loss(

@@ -13,12 +13,16 @@ runs real ``torch.utils.data.DataLoader``s with workers over a real dataset and 
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .dataset import ChunkedEpisodeDataset
+from .state import ResumeState
 
 __all__ = ["SCENARIOS", "AuditResult", "NaiveResumeDataset", "audit", "consume", "epochs_started"]
 
@@ -170,10 +174,19 @@ def audit(
 
 
 def epochs_started(ds: ChunkedEpisodeDataset, state: Mapping[str, Any], num_workers: int) -> int:
-    """Epoch iterations the interrupted run finished (the resumed run does the remaining ones)."""
+    """Epoch iterations the interrupted run finished (the resumed run does the remaining ones).
+
+    Prefer ``for epoch in loader.epochs(n)`` (:meth:`BatchLoader.epochs`), which counts for
+    you. This is the epoch a resume from ``state`` with ``num_workers`` workers starts in
+    (:meth:`ChunkedEpisodeDataset.next_epoch`), for any topology ``state`` was saved with;
+    ``ds`` may be built with or without that ``resume_state``. 0 in infinite mode.
+    """
     if ds.infinite:
         return 0
-    q = ds.schedule(num_workers).frames_per_stream
-    cursors = state["cursors"]
-    last = max(c[2] for c in cursors)
-    return last + 1 if all(c[2] == last and c[3] >= q for c in cursors) else last
+    # a fresh view of ds resuming from ``state``: the start point depends on the resume state,
+    # the per-topology plans made from it, and the epoch table (nothing else is shared state)
+    probe = copy.copy(ds)
+    probe.resume_state = ResumeState.from_dict(state)
+    probe._plans, probe._elastic_starts = {}, {}
+    probe._slots = torch.zeros_like(ds._slots)
+    return probe.next_epoch(num_workers)

@@ -50,6 +50,7 @@ from .hub import resolve_dataset
 from .index.elastic import Layout, Level, build_layout, check_positions, replan
 from .index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
 from .index.schedule import (
+    TAILS,
     Group,
     Schedule,
     ScheduleConfig,
@@ -100,8 +101,19 @@ class StreamTuning:
 
     Attributes:
         interleave: chunks open at once per stream whose frames are interleaved (1 = none).
-        tail: "drop" the few frames that do not divide evenly over the streams each epoch (a
-            different few every epoch), or "pad" by repeating frames from the epoch's start.
+        tail: what happens to the frames that do not divide evenly over the streams (DataLoader
+            workers x ranks) each epoch. "drop" (default, training): they are left out (fewer
+            than one per stream, a different few every epoch), every stream yields the same
+            number. "pad": the streams are filled up by repeating frames from the epoch's
+            start. "keep" (evaluation, see :meth:`evaluation`): every frame exactly once; the
+            streams get consecutive pieces of the epoch, and on each rank the first workers
+            may yield one batch more than the others (the DataLoader's round-robin order and
+            the resume arithmetic stay exact). Ranks get the same number of batches whenever
+            the frames allow it (always with one rank; with several ranks, 2+ workers and
+            batch size 2+ whenever there are at least as many frames as ranks); otherwise the
+            first ranks get one batch more, and a DDP collective per batch would wait forever:
+            gather each rank's results after the pass instead, or use "pad" (repeats frames).
+            Needs ``drop_last=False`` and epoch mode (not ``infinite``).
         shuffle: permute chunks each epoch and per stream (False = episode order, for eval).
         cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
         block_frames: frames read from one chunk at a time (bounds memory per open chunk).
@@ -125,6 +137,25 @@ class StreamTuning:
     def __post_init__(self) -> None:
         if self.block_frames < 1:
             raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
+        if self.tail not in TAILS:
+            raise ValueError(
+                describe("Unknown tail", expected=" or ".join(map(repr, TAILS)), found=self.tail)
+            )
+
+    @classmethod
+    def evaluation(cls, **overrides: Any) -> StreamTuning:
+        """The preset for validation and evaluation: every selected frame exactly once per pass.
+
+        ``shuffle=False`` and ``tail="keep"``: with ``num_workers=0`` the frames come in
+        dataset order (episode by episode, as selected); with workers, each worker reads a
+        consecutive piece of that order, so each worker's frames are in order and the
+        DataLoader alternates between the workers batch by batch. Use it with
+        ``drop_last=False`` (the default). Other knobs may be passed, e.g.
+        ``StreamTuning.evaluation(block_frames=32)``. Under DDP, rank ``r`` gets the ``r``-th
+        consecutive part of the frames (see ``tail``); sum or gather the metrics per rank
+        after the pass.
+        """
+        return cls(**{"shuffle": False, "tail": "keep", **overrides})
 
 
 def _hash(obj: Any) -> str:
@@ -239,6 +270,16 @@ class ChunkedEpisodeDataset(IterableDataset):
                 )
             )
         self.tuning = tuning or StreamTuning()
+        if self.tuning.tail == "keep" and (drop_last or infinite):
+            raise ValueError(
+                describe(
+                    "StreamTuning(tail='keep') yields every frame exactly once per pass",
+                    expected="drop_last=False and infinite=False",
+                    found=f"drop_last={drop_last}, infinite={infinite}",
+                    fix="evaluate with drop_last=False in epoch mode, or train with "
+                    "tail='drop' (default) or 'pad'",
+                )
+            )
         if meta is None and (repo_id is not None or root is None):
             root, meta = resolve_dataset(
                 repo_id, root=root, revision=revision, episodes=episodes, features=features
@@ -328,8 +369,9 @@ class ChunkedEpisodeDataset(IterableDataset):
         return s
 
     def batches_per_epoch(self, num_workers: int) -> int:
-        """Batches this rank's DataLoader yields per epoch (equal on every rank)."""
-        return self.schedule(num_workers).batches_per_rank
+        """Batches this rank's DataLoader yields per epoch (equal on every rank, except with
+        ``StreamTuning(tail="keep")`` when the frames cannot be split so)."""
+        return self.schedule(num_workers).rank_batches(self.rank)
 
     def batches_next_iteration(self, num_workers: int) -> int:
         """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
@@ -364,6 +406,30 @@ class ChunkedEpisodeDataset(IterableDataset):
             total += -(-max(left, 0) // b)
         return total
 
+    def next_epoch(self, num_workers: int) -> int:
+        """The epoch the next iteration of this rank's loader (``num_workers``) plays.
+
+        Before the first iteration: the epoch the resume point stands in (0 without a resume;
+        after a resume, the interrupted epoch, or the next one when the checkpoint was taken
+        at its end; after an elastic resume, the remainder epoch's label, which is the
+        interrupted epoch's number). Then one more per iteration the loader started. Epoch
+        mode only (an infinite dataset has one endless iteration: TypeError). This is what
+        :meth:`BatchLoader.epochs` counts with, whatever topology the checkpoint had.
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "An infinite ChunkedEpisodeDataset has no epochs to count",
+                    expected="infinite=False",
+                    found="infinite=True: one endless iteration over consecutive epochs",
+                    fix="count steps, or use epoch mode and loader.epochs(n)",
+                )
+            )
+        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            return min(e for e, _ in starts)  # epoch mode: every role starts in one epoch
+        return int(self._slots[0, 0])
+
     def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int]], int]:
         """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
 
@@ -375,7 +441,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         sched = self.schedule(num_workers)
         if self.resume_state is None:
             batches = self.resume_step // self.batch_size
-            rp = resume_point(sched, batches, infinite=self.infinite)
+            rp = resume_point(sched, batches, infinite=self.infinite, rank=self.rank)
             return rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches
         return self._start_from_cursors(sched, num_workers)
 
@@ -932,7 +998,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         sched = self.schedule(num_workers)
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
-            self._log_resume(sched, stream, epoch, position)
+            self._log_resume(Layout(sched).view(epoch, stream), stream, epoch, position)
         slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
         return self._generate_batches(
             sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
@@ -964,7 +1030,54 @@ class BatchLoader(torch.utils.data.DataLoader):
     def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
         self._live_len: int | None = None  # length of the iteration under way
+        self._iterations = 0  # iter() calls, for epochs()
         super().__init__(dataset, batch_size=None, **kwargs)
+
+    def epochs(self, n: int) -> Iterator[int]:
+        """The epoch numbers ``< n`` still to train, one per iteration of this loader.
+
+        Write the loop once, for the first run and for every resume::
+
+            for epoch in loader.epochs(n):
+                for batch in loader:
+                    ...
+
+        The first epoch yielded is where the dataset's resume point stands (see
+        :meth:`ChunkedEpisodeDataset.next_epoch`): after a checkpoint in the middle of epoch
+        ``e``, ``e`` (its first iteration is the rest of it); at its end, ``e + 1``; after a
+        resume with other workers, ranks or batch size, the remainder epoch ``e``. So the run
+        ends after epoch ``n - 1`` whatever the checkpoint's topology, and nobody counts.
+        Each step of the generator expects the body to iterate this loader (an epoch whose
+        loop breaks early counts as done, as with ``range``); a body that never iterates it
+        raises RuntimeError instead of yielding the same epoch again. Epoch mode only: an
+        infinite dataset (or a mix with ``exhausted="cycle"``) raises TypeError.
+        """
+        source = _length_source(self.dataset)
+        if source is None:
+            raise TypeError(
+                describe(
+                    "epochs() needs a loader made by dataset.dataloader()",
+                    found=f"a loader over {type(self.dataset).__name__}",
+                )
+            )
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(describe("epochs(n) needs an int n >= 0", found=repr(n)))
+        while True:
+            epoch = source.next_epoch(self.num_workers)
+            if epoch >= n:
+                return
+            started = self._iterations
+            yield epoch
+            if self._iterations == started:
+                raise RuntimeError(
+                    describe(
+                        "The body of `for epoch in loader.epochs(n)` did not iterate the loader",
+                        expected="`for batch in loader:` (this loader) inside the epoch loop",
+                        found=f"epoch {epoch} ended without an iteration of this loader",
+                        fix="iterate the same loader that epochs() was called on, once per "
+                        "epoch; each iteration is one epoch",
+                    )
+                )
 
     def __len__(self) -> int:
         """Batches of the iteration under way, else of the next one (epoch mode only).
@@ -983,6 +1096,7 @@ class BatchLoader(torch.utils.data.DataLoader):
 
     def __iter__(self):
         ds = self.dataset
+        self._iterations += 1
         self._live_len = None
         source = _length_source(ds)
         length = len(self) if source is not None and not source.infinite else None

@@ -67,7 +67,6 @@ def train(args: argparse.Namespace) -> int:
     """The training job (runs in the child process); resumes from ``workdir/ckpt.pt`` if present."""
     import torch
 
-    from .audit import epochs_started
     from .checkpoint import load_checkpoint, save_checkpoint
     from .dataset import ChunkedEpisodeDataset
 
@@ -99,11 +98,10 @@ def train(args: argparse.Namespace) -> int:
         step = ckpt["step"]
     tracker = ds.tracker()
     loader = ds.dataloader(num_workers=args.num_workers)
-    epochs = args.epochs - (epochs_started(ds, ckpt["data"], args.num_workers) if ckpt else 0)
     run = "resumed" if ckpt else "first"
     first = True
     with open(work / "consumed.jsonl", "a") as log:
-        for _ in range(epochs):
+        for _epoch in loader.epochs(args.epochs):  # the epochs left after the checkpoint
             for batch in loader:
                 batch = tracker.consume(batch)
                 if first:

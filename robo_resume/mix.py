@@ -199,6 +199,22 @@ class MixedDataset(IterableDataset):
         period = default_period(weights) if period is None else period
         if isinstance(period, bool) or not isinstance(period, int) or not 1 <= period <= MAX_PERIOD:
             raise ValueError(describe("period must be an int in 1..1000", found=repr(period)))
+        keep = [
+            i
+            for i, s in enumerate(sources)
+            if (s.tuning or tuning or StreamTuning()).tail == "keep"
+        ]
+        if keep:
+            raise ValueError(
+                describe(
+                    "A mix cannot use StreamTuning(tail='keep') (every frame once)",
+                    expected="tail 'drop' or 'pad' (a mix stream stops when its first source "
+                    "runs out, which leaves frames of the other sources out)",
+                    found=f"tail='keep' for source(s) {keep}",
+                    fix="evaluate each dataset with ChunkedEpisodeDataset(root, episodes=..., "
+                    "tuning=StreamTuning.evaluation()) and rename its keys to the mix's names",
+                )
+            )
         self.sources = sources
         self.batch_size = batch_size
         self.seed = seed
@@ -447,6 +463,27 @@ class MixedDataset(IterableDataset):
             )
         return int(self.epoch_batches(int(self._slots[0, 0]), num_workers)) * wp
 
+    def next_epoch(self, num_workers: int) -> int:
+        """The mix epoch the next iteration of this rank's loader plays ("stop" only).
+
+        As :meth:`ChunkedEpisodeDataset.next_epoch`: the resume point's epoch (the next one
+        when the checkpoint was taken at an epoch's end), then one more per iteration; what
+        :meth:`~robo_resume.dataset.BatchLoader.epochs` counts with. TypeError with "cycle".
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "A cycling mix has no epochs to count",
+                    expected="exhausted='stop' for epochs",
+                    found="exhausted='cycle': one endless iteration",
+                    fix="count steps (the mix cycles through its sources' epochs)",
+                )
+            )
+        if int(self._slots[0, 1]) == 0:
+            _, starts, _ = self.start_point(num_workers)
+            return min(e for e, _, _ in starts)
+        return int(self._slots[0, 0])
+
     def batches_per_epoch(self, num_workers: int) -> int | None:
         """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
         j = self.epoch_batches(0, num_workers)
@@ -566,7 +603,9 @@ class MixedDataset(IterableDataset):
         return MixTracker(self)
 
     def epochs_started(self, state: Mapping[str, Any] | MixState, num_workers: int) -> int:
-        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle")."""
+        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle").
+
+        Prefer ``for epoch in loader.epochs(n)`` (:meth:`next_epoch` counts for you)."""
         if self.infinite:
             return 0
         st = MixState.from_dict(state)

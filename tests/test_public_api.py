@@ -18,7 +18,7 @@ import pytest
 import robo_resume
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOL_IMPORTS = {"robo_resume.demo": {"TinyPolicy"}, "robo_resume.audit": {"epochs_started"}}
+TOOL_IMPORTS = {"robo_resume.demo": {"TinyPolicy"}}
 """Imports allowed from submodules: tools used by the examples, not library API."""
 FENCE = "`" * 3
 

@@ -292,7 +292,7 @@ def test_worker_batches_done():
     [
         (dict(batch_size=0), r"batch_size must be an int >= 1; found 0"),
         (dict(interleave=0), r"interleave must be an int >= 1"),
-        (dict(tail="x"), r"tail must be one of \('drop', 'pad'\); found 'x'"),
+        (dict(tail="x"), r"tail must be one of \('drop', 'pad', 'keep'\); found 'x'"),
         (dict(seed=-1), r"seed must be an int >= 0"),
     ],
 )

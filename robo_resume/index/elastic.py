@@ -53,7 +53,7 @@ import numpy as np
 
 from ..errors import ResumeStateError, describe
 from .plan import Chunk
-from .schedule import Group, Schedule, ScheduleConfig, Segment, Topology
+from .schedule import Group, Schedule, ScheduleConfig, Segment, Topology, stream_lengths
 
 __all__ = [
     "Layout",
@@ -178,7 +178,7 @@ class Layout:
         """Frames the stream emits in ``epoch``."""
         if self.remainder is not None and epoch == self.remainder.epoch:
             return self.remainder.lengths[stream]
-        return self.schedule.frames_per_stream
+        return self.schedule.length(stream)
 
     def iter_groups(self, epoch: int, stream: int, position: int) -> Iterator[tuple[Group, int]]:
         """The stream's groups of ``epoch`` from ``position`` on (nothing past the end)."""
@@ -192,7 +192,7 @@ class Layout:
         The start is epoch 0 without a remainder, else the start of the remainder epoch (the
         new run began there); used to check cursors against the DataLoader's round-robin.
         """
-        q = self.schedule.frames_per_stream
+        q = self.schedule.length(stream)
         if self.remainder is None:
             return epoch * q + position
         x = self.remainder.epoch
@@ -234,62 +234,6 @@ class _View:
 
     def iter_groups(self, epoch: int, stream: int, position: int):
         return self.layout.iter_groups(epoch, stream, position)
-
-
-def _spread(total: int, lows: Sequence[int], highs: Sequence[int]) -> list[int]:
-    """Values in ``[lows[i], highs[i]]`` summing to ``total``, as equal as possible."""
-    out = list(lows)
-    left = total - sum(out)
-    while left > 0:
-        room = [i for i in range(len(out)) if out[i] < highs[i]]
-        share = max(left // len(room), 1)
-        for i in room:
-            d = min(share, highs[i] - out[i], left)
-            out[i] += d
-            left -= d
-            if not left:
-                break
-    return out
-
-
-def stream_lengths(
-    total: int, topology: Topology, batch_size: int, *, infinite: bool, drop_last: bool
-) -> tuple[int, ...] | None:
-    """Frames of the remainder epoch per new stream (global stream order); None if impossible.
-
-    Infinite mode: as equal as possible. Epoch mode: every rank yields the same number ``N``
-    of batches, ``N = ceil(total / (world_size * batch_size))`` (floor with ``drop_last``);
-    per rank, roles ``< m`` yield ``K`` batches and the others ``K - 1`` (``N = (K-1)*W + m``,
-    ``1 <= m <= W`` workers per rank), every batch full except a stream's last one. With
-    ``drop_last`` all batches are full and the sum may fall short of ``total`` (the dropped
-    frames). None when no such split holds exactly ``total`` frames.
-    """
-    s, wp, ranks, b = (
-        topology.num_streams,
-        topology.workers_per_rank,
-        topology.world_size,
-        batch_size,
-    )
-    if infinite:
-        return tuple(total // s + (g < total % s) for g in range(s))
-    n = total // (ranks * b) if drop_last else -(-total // (ranks * b))
-    if n == 0:
-        return (0,) * s if (total == 0 or drop_last) else None
-    k = -(-n // wp)
-    m = n - (k - 1) * wp
-    batches = [k if j < m else k - 1 for j in range(wp)]
-    highs = [c * b for c in batches]
-    if drop_last:
-        return tuple(highs) * ranks
-    lows = [(c - 1) * b + 1 if c else 0 for c in batches]
-    lo, hi = sum(lows), sum(highs)
-    if ranks * lo > total:
-        return None
-    per_rank = _spread(total, [lo] * ranks, [hi] * ranks)
-    out: list[int] = []
-    for frames in per_rank:
-        out.extend(_spread(frames, lows, highs))
-    return tuple(out)
 
 
 def split_segments(segments: Sequence[Segment], lengths: Sequence[int]) -> list[list[Segment]]:
