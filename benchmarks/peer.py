@@ -105,7 +105,7 @@ def start_forkserver() -> None:
     import multiprocessing as mp
     from multiprocessing import forkserver
 
-    from robo_resume.dataset import FORKSERVER_PRELOAD
+    from robo_resume.stream.startup import FORKSERVER_PRELOAD
 
     mp.set_forkserver_preload([*FORKSERVER_PRELOAD, "lerobot.datasets.lerobot_dataset"])
     forkserver.ensure_running()

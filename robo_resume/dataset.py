@@ -21,12 +21,7 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import re
-import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +30,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .errors import (
-    CorruptFileError,
-    MetadataMismatchError,
-    MissingFileError,
     ResumeStateError,
-    VideoDecodeError,
     describe,
     format_ranges,
 )
@@ -50,7 +41,6 @@ from .hub import resolve_dataset
 from .index.elastic import Layout, Level, build_layout, check_positions, replan
 from .index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
 from .index.schedule import (
-    TAILS,
     Group,
     Schedule,
     ScheduleConfig,
@@ -58,14 +48,26 @@ from .index.schedule import (
     resume_point,
     worker_batches_done,
 )
-from .items import ItemBuilder, ItemOptions, to_float
+from .items import ItemBuilder, ItemOptions
 from .keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from .splits import EpisodeSelection, select_episodes
 from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState, StreamCursor
-from .state.skips import SkipLog
+from .stream.blocks import (
+    _assemble,
+    _BatchTarget,
+    _Block,
+    _discard,
+    _in_worker,
+    _skip_record,
+    _streaming_error,
+    _torch_threads,
+)
+from .stream.loader import BatchLoader, _Batches
+from .stream.startup import _resolve_rank, worker_context
+from .stream.tuning import ON_ERROR, SKIP_ERRORS, StreamTuning
 from .tracker import CursorTracker
 from .workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-from .workers import check_worker_start, start_method, worker_death_hint
+from .workers import check_worker_start
 
 __all__ = [
     "CURSOR_KEY",
@@ -80,82 +82,9 @@ __all__ = [
 
 logger = logging.getLogger("robo_resume")
 
-RING = 4
-"""Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
-reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory costs more per
-frame than decoding it at 480x640, because the kernel faults in and zeroes every page."""
-ON_ERROR = ("raise", "skip")
-"""Values of ``ChunkedEpisodeDataset(on_error=...)``."""
-
-SKIP_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
-"""Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
-
 WORKER_START_METHOD: str | None = None
 """Start method :meth:`ChunkedEpisodeDataset.dataloader` uses when the call names none (None:
 torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
-
-
-@dataclass(frozen=True)
-class StreamTuning:
-    """Knobs that change the order or the speed of streaming (defaults are sensible).
-
-    Attributes:
-        interleave: chunks open at once per stream whose frames are interleaved (1 = none).
-        tail: what happens to the frames that do not divide evenly over the streams (DataLoader
-            workers x ranks) each epoch. "drop" (default, training): they are left out (fewer
-            than one per stream, a different few every epoch), every stream yields the same
-            number. "pad": the streams are filled up by repeating frames from the epoch's
-            start. "keep" (evaluation, see :meth:`evaluation`): every frame exactly once; the
-            streams get consecutive pieces of the epoch, and on each rank the first workers
-            may yield one batch more than the others (the DataLoader's round-robin order and
-            the resume arithmetic stay exact). Ranks get the same number of batches whenever
-            the frames allow it (always with one rank; with several ranks, 2+ workers and
-            batch size 2+ whenever there are at least as many frames as ranks); otherwise the
-            first ranks get one batch more, and a DDP collective per batch would wait forever:
-            gather each rank's results after the pass instead, or use "pad" (repeats frames).
-            Needs ``drop_last=False`` and epoch mode (not ``infinite``).
-        shuffle: permute chunks each epoch and per stream (False = episode order, for eval).
-        cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
-        block_frames: frames read from one chunk at a time (bounds memory per open chunk).
-        tolerance_s: video frame time tolerance (lerobot's default 1e-4 s).
-        decoder_threads: FFmpeg threads per video decoder (0: FFmpeg's choice). Default 1: the
-            DataLoader workers (or the camera threads) keep the cores busy, and PyAV decoders
-            with FFmpeg threads were seen to deadlock when garbage-collected.
-        camera_threads: cameras decoded concurrently (PyAV releases the GIL while decoding);
-            None (default): one thread per camera in the main process, 1 in workers.
-    """
-
-    interleave: int = 4
-    tail: str = "drop"
-    shuffle: bool = True
-    cut_at_keyframes: bool = False
-    block_frames: int = 16
-    tolerance_s: float = 1e-4
-    decoder_threads: int = 1
-    camera_threads: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.block_frames < 1:
-            raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
-        if self.tail not in TAILS:
-            raise ValueError(
-                describe("Unknown tail", expected=" or ".join(map(repr, TAILS)), found=self.tail)
-            )
-
-    @classmethod
-    def evaluation(cls, **overrides: Any) -> StreamTuning:
-        """The preset for validation and evaluation: every selected frame exactly once per pass.
-
-        ``shuffle=False`` and ``tail="keep"``: with ``num_workers=0`` the frames come in
-        dataset order (episode by episode, as selected); with workers, each worker reads a
-        consecutive piece of that order, so each worker's frames are in order and the
-        DataLoader alternates between the workers batch by batch. Use it with
-        ``drop_last=False`` (the default). Other knobs may be passed, e.g.
-        ``StreamTuning.evaluation(block_frames=32)``. Under DDP, rank ``r`` gets the ``r``-th
-        consecutive part of the frames (see ``tail``); sum or gather the metrics per rank
-        after the pass.
-        """
-        return cls(**{"shuffle": False, "tail": "keep", **overrides})
 
 
 def _hash(obj: Any) -> str:
@@ -1003,481 +932,3 @@ class ChunkedEpisodeDataset(IterableDataset):
         return self._generate_batches(
             sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
         )
-
-
-class _Batches(IterableDataset):
-    """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
-
-    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
-        super().__init__()
-        self.dataset = dataset
-        self.image_dtype = image_dtype
-        self.ring_flags: torch.Tensor | None = None  # set by BatchLoader when workers use a ring
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self.dataset.iter_batches(image_dtype=self.image_dtype, ring=self.ring_flags)
-
-
-class BatchLoader(torch.utils.data.DataLoader):
-    """The DataLoader :meth:`ChunkedEpisodeDataset.dataloader` returns.
-
-    Its dataset yields whole batches (``batch_size=None``). When ``float_keys`` is not empty,
-    workers send those camera tensors as uint8 (4x fewer bytes between processes) and this
-    loader's iterator converts them to float32 in [0, 1] in the main process, the same values
-    as converting in the worker.
-    """
-
-    def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
-        self.float_keys = tuple(float_keys)
-        self._live_len: int | None = None  # length of the iteration under way
-        self._iterations = 0  # iter() calls, for epochs()
-        super().__init__(dataset, batch_size=None, **kwargs)
-
-    def epochs(self, n: int) -> Iterator[int]:
-        """The epoch numbers ``< n`` still to train, one per iteration of this loader.
-
-        Write the loop once, for the first run and for every resume::
-
-            for epoch in loader.epochs(n):
-                for batch in loader:
-                    ...
-
-        The first epoch yielded is where the dataset's resume point stands (see
-        :meth:`ChunkedEpisodeDataset.next_epoch`): after a checkpoint in the middle of epoch
-        ``e``, ``e`` (its first iteration is the rest of it); at its end, ``e + 1``; after a
-        resume with other workers, ranks or batch size, the remainder epoch ``e``. So the run
-        ends after epoch ``n - 1`` whatever the checkpoint's topology, and nobody counts.
-        Each step of the generator expects the body to iterate this loader (an epoch whose
-        loop breaks early counts as done, as with ``range``); a body that never iterates it
-        raises RuntimeError instead of yielding the same epoch again. Epoch mode only: an
-        infinite dataset (or a mix with ``exhausted="cycle"``) raises TypeError.
-        """
-        source = _length_source(self.dataset)
-        if source is None:
-            raise TypeError(
-                describe(
-                    "epochs() needs a loader made by dataset.dataloader()",
-                    found=f"a loader over {type(self.dataset).__name__}",
-                )
-            )
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(describe("epochs(n) needs an int n >= 0", found=repr(n)))
-        while True:
-            epoch = source.next_epoch(self.num_workers)
-            if epoch >= n:
-                return
-            started = self._iterations
-            yield epoch
-            if self._iterations == started:
-                raise RuntimeError(
-                    describe(
-                        "The body of `for epoch in loader.epochs(n)` did not iterate the loader",
-                        expected="`for batch in loader:` (this loader) inside the epoch loop",
-                        found=f"epoch {epoch} ended without an iteration of this loader",
-                        fix="iterate the same loader that epochs() was called on, once per "
-                        "epoch; each iteration is one epoch",
-                    )
-                )
-
-    def __len__(self) -> int:
-        """Batches of the iteration under way, else of the next one (epoch mode only).
-
-        The first iteration is the epoch the dataset starts in, from its resume point (after a
-        resume, what is left of the interrupted epoch, or the remainder epoch of an elastic
-        resume); each later one is a whole epoch. Equal on every rank. An infinite dataset
-        has no length: it raises TypeError (use ``dataset.batches_per_epoch(num_workers)``).
-        """
-        if self._live_len is not None:
-            return self._live_len
-        source = _length_source(self.dataset)
-        if source is None:
-            return super().__len__()
-        return source.batches_next_iteration(self.num_workers)
-
-    def __iter__(self):
-        ds = self.dataset
-        self._iterations += 1
-        self._live_len = None
-        source = _length_source(ds)
-        length = len(self) if source is not None and not source.infinite else None
-        ring = None
-        # pinned batches are copies: the workers' ring slots would never be released
-        if isinstance(ds, _Batches) and self.num_workers > 0 and not self.pin_memory:
-            # one flag table per set of workers: persistent workers keep theirs, new workers
-            # (and a second live iterator) get a new one, so two never share a slot's flag
-            if ds.ring_flags is None or not self.persistent_workers:
-                ds.ring_flags = torch.zeros((MAX_WORKERS, RING), dtype=torch.int64)
-                ds.ring_flags.share_memory_()
-            ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
-        if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
-            check_worker_start(self)  # spawn/forkserver: what fails in a worker, named here
-        try:
-            inner = super().__iter__()
-        except RuntimeError as exc:  # a worker died while torch was still starting them
-            hinted = _with_death_hint(exc, None, start_method(self))
-            if hinted is not None:
-                raise hinted from exc
-            raise
-        it = _LoaderIterator(inner, self.float_keys, ring, owner=self)
-        self._live_len = it._length = length
-        return it
-
-
-def _length_source(ds: Any) -> Any:
-    """The dataset that counts a BatchLoader's batches (single dataset or mix), else None."""
-    inner = getattr(ds, "dataset", None) or getattr(ds, "mix", None)
-    return inner if hasattr(inner, "batches_next_iteration") else None
-
-
-def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    for k in keys:
-        batch[k] = to_float(batch[k])  # one pass into a pooled buffer (see BufferPool)
-    return batch
-
-
-_WORKER_DIED = re.compile(r"DataLoader worker \(pid")
-
-
-def _with_death_hint(exc: RuntimeError, it: Any, method: str | None) -> RuntimeError | None:
-    """torch's dead-worker error with robo_resume's hint appended (None: another error)."""
-    text = str(exc)
-    if not _WORKER_DIED.search(text) or "robo_resume: a DataLoader" in text:
-        return None
-    return RuntimeError(f"{text}\n{worker_death_hint(it, method, text)}")
-
-
-def _dead_workers(it: Any, wait_s: float = 2.0) -> list[str]:
-    """Pids of the iterator's dead workers, waiting up to ``wait_s`` for one to be seen dead."""
-    workers = getattr(it, "_workers", None) or []
-    deadline = time.monotonic() + wait_s
-    while True:
-        dead = [str(w.pid) for w in workers if not w.is_alive()]
-        if dead or not workers or time.monotonic() > deadline:
-            return dead
-        time.sleep(0.05)
-
-
-def _release_when_dropped(
-    batch: dict[str, Any], ticket: Sequence[int], flags: torch.Tensor, cameras: Sequence[str]
-) -> None:
-    """Free the worker's ring slot ``ticket`` once the batch's camera tensors are all gone.
-
-    Each camera tensor is handed on as a tensor over a numpy view of it; the view lives as long
-    as anything refers to that memory (the tensor, its views, arrays made from it). When the
-    last view dies the slot's flag goes back to 0, if it still holds this batch's token.
-    """
-    idx, token = int(ticket[0]), int(ticket[1])
-    flat = flags.view(-1)
-    keys = [k for k in cameras if isinstance(batch.get(k), torch.Tensor)]
-    left = [len(keys)]
-
-    def dropped() -> None:
-        left[0] -= 1
-        if left[0] == 0 and int(flat[idx]) == token:
-            flat[idx] = 0
-
-    for k in keys:
-        view = batch[k].numpy()
-        weakref.finalize(view, dropped)
-        batch[k] = torch.from_numpy(view)
-    if not keys:
-        left[0] = 1
-        dropped()
-
-
-class _LoaderIterator:
-    """:class:`BatchLoader`'s iterator: torch's, with float conversion and a hint on dead workers.
-
-    Other attributes (``_workers``, ``__len__``, ...) are torch's iterator's.
-    """
-
-    def __init__(
-        self, it: Any, float_keys: tuple[str, ...], ring: Any = None, owner: Any = None
-    ) -> None:
-        self._it = it
-        self._float_keys = float_keys
-        self._ring = ring  # (flag table, camera keys) when workers reuse ring buffers
-        self._owner = owner  # the BatchLoader (its len() is this iteration's until the end)
-        self._length: int | None = None
-        self._skips = SkipLog()
-
-    def __iter__(self) -> _LoaderIterator:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            self._skips.finish()
-            if self._owner is not None and self._owner._live_len == self._length:
-                self._owner._live_len = None
-            raise
-        except RuntimeError as exc:
-            hinted = _with_death_hint(exc, self._it, self._method())
-            if hinted is not None:
-                raise hinted from exc
-            raise
-        except (EOFError, ConnectionError) as exc:
-            # a worker killed while handing over a batch's shared memory: torch raises this
-            # raw when it has not yet seen the worker die
-            dead = _dead_workers(self._it)
-            if not dead:
-                raise
-            raise RuntimeError(
-                f"DataLoader worker (pid(s) {', '.join(dead)}) died while sending a batch "
-                f"({type(exc).__name__}: {exc})\n{worker_death_hint(self._it, self._method())}"
-            ) from exc
-        ticket = batch.pop(RELEASE_KEY, None) if isinstance(batch, dict) else None
-        if ticket is not None and self._ring is not None:
-            _release_when_dropped(batch, ticket, *self._ring)
-        if isinstance(batch, dict) and batch.get(SKIPPED_KEY):
-            self._skips.add(batch[SKIPPED_KEY])
-        return _to_float(batch, self._float_keys) if self._float_keys else batch
-
-    def __len__(self) -> int:
-        return self._length if self._length is not None else len(self._it)
-
-    def _method(self) -> str | None:
-        return start_method(self._owner) if self._owner is not None else None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_it"], name)
-
-
-@dataclass
-class _Block:
-    """``size`` consecutive frames of a stream: numpy parts, each with its rows in the block
-    (None: all rows), and the cursors ``(size, 5)``. An empty block marks the stream's end.
-
-    With skipped frames (``on_error="skip"``), ``kept`` frames of the ``size`` positions are
-    read (the parts' rows number those), and ``skipped`` holds the skip records."""
-
-    size: int
-    parts: list[tuple[dict[str, np.ndarray], np.ndarray | None]]
-    cursor: np.ndarray
-    kept: int | None = None
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-    keep: np.ndarray | None = None  # which positions were read (None: all)
-
-    @property
-    def frames(self) -> int:
-        """Frames read (rows in the batch)."""
-        return self.size if self.kept is None else self.kept
-
-
-def _streaming_error(exc: Exception, where: str) -> Exception:
-    """``exc``'s type and message plus what the stream was reading (for on_error="raise")."""
-    msg = (
-        f"{exc} Raised while streaming {where}. To train on without the chunks whose files "
-        "fail, pass on_error='skip' (skips are logged and kept in the resume state)."
-    )
-    try:
-        return type(exc)(msg)
-    except Exception:  # an exception type with another constructor: keep it as it is
-        return exc
-
-
-def _skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, role: int):
-    """The JSON-safe record of a skipped segment (see :data:`SKIPPED_KEY`)."""
-    text = str(exc)
-    found = re.search(r"At file (.+?)(?:, episode \d+|, frame \d+)*\.(?: |$)", text)
-    return {
-        "epoch": int(epoch),
-        "chunk": int(seg.chunk_id),
-        "episode": int(seg.episode_index),
-        "start": int(seg.start),
-        "frame": int(frame),
-        "stop": int(seg.stop),
-        "rank": int(rank),
-        "role": int(role),
-        "file": found.group(1) if found else None,
-        "error": f"{type(exc).__name__}: {text}"[:500],
-    }
-
-
-def _discard(reader: Any) -> None:
-    """Close a failed reader's decoders instead of keeping them for reuse."""
-    if reader is None:
-        return
-    videos, reader.videos = reader.videos, {}
-    for v in videos.values():
-        with contextlib.suppress(Exception):
-            v.close()
-
-
-def _in_worker() -> bool:
-    return get_worker_info() is not None
-
-
-@contextlib.contextmanager
-def _torch_threads():
-    """One torch thread while building a batch in the main process (no-op in workers).
-
-    The per-batch conversions are small memory-bound copies: with several torch threads on a
-    busy machine they run several times slower than with one. The caller's setting is restored.
-    """
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
-class _BatchTarget:
-    """The camera buffers of the batch being built, which the blocks decode straight into.
-
-    ``final`` buffers are the batch's own tensors (uint8 output without transforms): shared
-    memory in a worker, pooled memory (:data:`robo_resume.items.BUFFERS`) in the main
-    process. Otherwise (float32 or transforms follow) one private scratch buffer per camera is
-    reused batch after batch: the conversion reads it before the next batch is decoded.
-    ``have`` counts the positions of the batch read so far (the consumer advances it).
-    """
-
-    def __init__(
-        self, items: Any, size: int, *, shared: bool, final: bool, ring: Any = None
-    ) -> None:
-        self.items, self.size, self.shared, self.final = items, size, shared, final
-        self.cameras = list(items.meta.camera_keys)  # camera_buffers leaves out unknown shapes
-        self.have = 0
-        self._bufs: dict[str, torch.Tensor] | None = None
-        self._arrays: dict[str, np.ndarray] = {}
-        self._scratch: dict[str, torch.Tensor] | None = None
-        self._ring = ring if final and shared else None
-        self._sent = 0
-        self.ticket: tuple[int, int] | None = None  # (flag index, token) of the last batch
-        self._taking: tuple[int, int] | None = None
-
-    def _from_ring(self) -> dict[str, torch.Tensor] | None:
-        """Buffers of a free ring slot, marked in use with a new token (None: all in use).
-
-        A slot is free when its flag is 0; the worker sets the token, the main process sets 0
-        again when the batch using it is gone (only if the token still matches), so a late
-        release from an earlier iterator's batch never frees another batch's slot.
-        """
-        flags, row, bufs = self._ring
-        free = (flags[row] == 0).nonzero()
-        if not len(free):
-            return None
-        k = int(free[0])
-        self._sent = (self._sent + 1) & 0xFFFFFF
-        token = (os.getpid() << 24) | self._sent
-        flags[row, k] = token
-        self._taking = (row * RING + k, token)
-        if k not in bufs:
-            bufs[k] = self.items.camera_buffers(self.cameras, self.size, shared=True)
-        return bufs[k]
-
-    def __call__(self) -> tuple[dict[str, np.ndarray], int]:
-        """The buffers (numpy views, allocated on first use per batch) and ``have``."""
-        if self._bufs is None:
-            if self.final:
-                self._bufs = self._from_ring() if self._ring is not None else None
-                if self._bufs is None:
-                    self._bufs = self.items.camera_buffers(
-                        self.cameras, self.size, shared=self.shared
-                    )
-            else:
-                if self._scratch is None:  # held while the stream runs, then back to the pool
-                    self._scratch = self.items.camera_buffers(self.cameras, self.size, shared=False)
-                self._bufs = self._scratch
-            self._arrays = {c: t.numpy() for c, t in self._bufs.items()}
-        return self._arrays, self.have
-
-    def take(self, blocks: list[_Block]) -> dict[str, Any]:
-        """The batch's camera columns (tensors if final, else numpy) and a fresh start."""
-        bufs, n = self._bufs, self.have
-        self._bufs, self._arrays, self.have = None, {}, 0
-        self.ticket, self._taking = self._taking, None
-        if bufs is None:
-            return {}
-        keep = None
-        if any(b.keep is not None for b in blocks):  # skipped frames: keep the read ones
-            keep = np.concatenate(
-                [b.keep if b.keep is not None else np.ones(b.size, dtype=bool) for b in blocks]
-            )
-        out: dict[str, Any] = {}
-        for c, t in bufs.items():
-            t = t[:n] if n < self.size else t
-            if keep is not None:
-                t = t[torch.from_numpy(keep)]
-            out[c] = t if self.final else t.numpy()
-        return out
-
-
-def _assemble(
-    blocks: list[_Block], empty: Callable[[], dict[str, np.ndarray]] | None = None
-) -> dict[str, np.ndarray]:
-    """Numpy columns of consecutive blocks, each value copied once into place.
-
-    The cursor has one row per position, the columns one row per frame read (fewer when
-    frames were skipped); ``empty()`` gives zero-row columns when no frame was read.
-    """
-    total = sum(b.frames for b in blocks)
-    if len(blocks) == 1 and len(blocks[0].parts) == 1:
-        out = dict(blocks[0].parts[0][0])
-        out[CURSOR_KEY] = blocks[0].cursor
-        return out
-    first = next((b.parts[0][0] for b in blocks if b.parts), None)
-    if first is None:
-        first = empty() if empty is not None else {}
-    out = {k: np.empty((total, *v.shape[1:]), dtype=v.dtype) for k, v in first.items()}
-    at = 0
-    for blk in blocks:
-        for raw, rows in blk.parts:
-            dest = slice(at, at + blk.frames) if rows is None else rows + at
-            for k, v in raw.items():
-                out[k][dest] = v
-        at += blk.frames
-    out[CURSOR_KEY] = np.concatenate([b.cursor for b in blocks])
-    return out
-
-
-FORKSERVER_PRELOAD = [
-    "torch",
-    "robo_resume.dataset",
-    "pyarrow.parquet",
-    "pandas",
-    "pyarrow.pandas_compat",
-]
-"""Modules a forkserver started by :func:`worker_context` imports once for all workers."""
-
-
-def worker_context(method: str = "forkserver"):
-    """A multiprocessing context for DataLoader workers, if you choose one other than fork.
-
-    ``worker_context()`` is a forkserver whose server preloads torch, robo_resume, pyarrow and
-    pandas once (each worker then starts without importing them); pass it as
-    ``multiprocessing_context=`` to :meth:`ChunkedEpisodeDataset.dataloader`, a DataLoader or
-    torchdata's StatefulDataLoader. Not needed for safety: fork works after this process
-    decoded (see :meth:`ChunkedEpisodeDataset.dataloader`). None where ``method`` does not
-    exist (no forkserver on Windows).
-    """
-    import multiprocessing as mp
-
-    if method not in mp.get_all_start_methods():
-        return None  # e.g. no forkserver on Windows, where spawn is the default anyway
-    if method == "forkserver":
-        # what every worker imports: a worker that imports pyarrow and pandas itself (to read
-        # its first parquet rows) starts about 0.4 s later
-        mp.set_forkserver_preload(FORKSERVER_PRELOAD)
-    return mp.get_context(method)
-
-
-def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    if rank is None or world_size is None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            rank = dist.get_rank() if rank is None else rank
-            world_size = dist.get_world_size() if world_size is None else world_size
-    rank = 0 if rank is None else int(rank)
-    world_size = 1 if world_size is None else int(world_size)
-    if not 0 <= rank < world_size:
-        raise ValueError(
-            describe("rank must be in [0, world_size)", found=f"rank={rank}, world={world_size}")
-        )
-    return rank, world_size

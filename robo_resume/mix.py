@@ -61,20 +61,16 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .dataset import (
-    CURSOR_KEY,
-    MAX_WORKERS,
-    BatchLoader,
-    ChunkedEpisodeDataset,
-    StreamTuning,
-    _resolve_rank,
-    worker_context,
-)
+from .dataset import ChunkedEpisodeDataset
 from .errors import DatasetFormatError, ResumeStateError, describe
 from .index.schedule import Topology
+from .keys import CURSOR_KEY
 from .splits import EpisodeSelection
 from .state.mix import MixState
-from .state.resume import ResumeState, StreamCursor
+from .state.resume import MAX_WORKERS, ResumeState, StreamCursor
+from .stream.loader import BatchLoader
+from .stream.startup import _resolve_rank, worker_context
+from .stream.tuning import StreamTuning
 
 __all__ = ["EXHAUSTED", "MIX_KEY", "MixSource", "MixState", "MixTracker", "MixedDataset"]
 

@@ -17,9 +17,9 @@ import torch
 from test_bad_input_corpus import faststart_then_truncate
 
 from robo_resume import ChunkedEpisodeDataset, LeRobotReader, StreamTuning
-from robo_resume.dataset import RING
 from robo_resume.format.video import VideoReader
 from robo_resume.items import BufferPool, to_float
+from robo_resume.stream.blocks import RING
 
 CAM = "observation.images.cam0"
 

@@ -44,7 +44,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 "episode": None,
                 "frame": None,
             }
-            if pos < sched.frames_per_stream:
+            if pos < sched.length(g):
                 cur = sched.locate(epoch, g, pos)
                 grp = sched.group(epoch, g, cur.group)
                 j = int(grp.order[cur.offset])

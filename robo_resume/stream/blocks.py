@@ -1,0 +1,220 @@
+"""Blocks and batches inside a worker: the contiguous frame blocks a stream reads, the
+shared-memory ring the frames are decoded into (:class:`_BatchTarget`), and their assembly
+into batches; skip records for ``on_error="skip"``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from ..keys import CURSOR_KEY
+from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+
+if TYPE_CHECKING:  # annotations only
+    pass
+
+
+RING = 4
+"""Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
+reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory costs more per
+frame than decoding it at 480x640, because the kernel faults in and zeroes every page."""
+
+
+@dataclass
+class _Block:
+    """``size`` consecutive frames of a stream: numpy parts, each with its rows in the block
+    (None: all rows), and the cursors ``(size, 5)``. An empty block marks the stream's end.
+
+    With skipped frames (``on_error="skip"``), ``kept`` frames of the ``size`` positions are
+    read (the parts' rows number those), and ``skipped`` holds the skip records."""
+
+    size: int
+    parts: list[tuple[dict[str, np.ndarray], np.ndarray | None]]
+    cursor: np.ndarray
+    kept: int | None = None
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    keep: np.ndarray | None = None  # which positions were read (None: all)
+
+    @property
+    def frames(self) -> int:
+        """Frames read (rows in the batch)."""
+        return self.size if self.kept is None else self.kept
+
+
+def _streaming_error(exc: Exception, where: str) -> Exception:
+    """``exc``'s type and message plus what the stream was reading (for on_error="raise")."""
+    msg = (
+        f"{exc} Raised while streaming {where}. To train on without the chunks whose files "
+        "fail, pass on_error='skip' (skips are logged and kept in the resume state)."
+    )
+    try:
+        return type(exc)(msg)
+    except Exception:  # an exception type with another constructor: keep it as it is
+        return exc
+
+
+def _skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, role: int):
+    """The JSON-safe record of a skipped segment (see :data:`SKIPPED_KEY`)."""
+    text = str(exc)
+    found = re.search(r"At file (.+?)(?:, episode \d+|, frame \d+)*\.(?: |$)", text)
+    return {
+        "epoch": int(epoch),
+        "chunk": int(seg.chunk_id),
+        "episode": int(seg.episode_index),
+        "start": int(seg.start),
+        "frame": int(frame),
+        "stop": int(seg.stop),
+        "rank": int(rank),
+        "role": int(role),
+        "file": found.group(1) if found else None,
+        "error": f"{type(exc).__name__}: {text}"[:500],
+    }
+
+
+def _discard(reader: Any) -> None:
+    """Close a failed reader's decoders instead of keeping them for reuse."""
+    if reader is None:
+        return
+    videos, reader.videos = reader.videos, {}
+    for v in videos.values():
+        with contextlib.suppress(Exception):
+            v.close()
+
+
+def _in_worker() -> bool:
+    return get_worker_info() is not None
+
+
+@contextlib.contextmanager
+def _torch_threads():
+    """One torch thread while building a batch in the main process (no-op in workers).
+
+    The per-batch conversions are small memory-bound copies: with several torch threads on a
+    busy machine they run several times slower than with one. The caller's setting is restored.
+    """
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+class _BatchTarget:
+    """The camera buffers of the batch being built, which the blocks decode straight into.
+
+    ``final`` buffers are the batch's own tensors (uint8 output without transforms): shared
+    memory in a worker, pooled memory (:data:`robo_resume.items.BUFFERS`) in the main
+    process. Otherwise (float32 or transforms follow) one private scratch buffer per camera is
+    reused batch after batch: the conversion reads it before the next batch is decoded.
+    ``have`` counts the positions of the batch read so far (the consumer advances it).
+    """
+
+    def __init__(
+        self, items: Any, size: int, *, shared: bool, final: bool, ring: Any = None
+    ) -> None:
+        self.items, self.size, self.shared, self.final = items, size, shared, final
+        self.cameras = list(items.meta.camera_keys)  # camera_buffers leaves out unknown shapes
+        self.have = 0
+        self._bufs: dict[str, torch.Tensor] | None = None
+        self._arrays: dict[str, np.ndarray] = {}
+        self._scratch: dict[str, torch.Tensor] | None = None
+        self._ring = ring if final and shared else None
+        self._sent = 0
+        self.ticket: tuple[int, int] | None = None  # (flag index, token) of the last batch
+        self._taking: tuple[int, int] | None = None
+
+    def _from_ring(self) -> dict[str, torch.Tensor] | None:
+        """Buffers of a free ring slot, marked in use with a new token (None: all in use).
+
+        A slot is free when its flag is 0; the worker sets the token, the main process sets 0
+        again when the batch using it is gone (only if the token still matches), so a late
+        release from an earlier iterator's batch never frees another batch's slot.
+        """
+        flags, row, bufs = self._ring
+        free = (flags[row] == 0).nonzero()
+        if not len(free):
+            return None
+        k = int(free[0])
+        self._sent = (self._sent + 1) & 0xFFFFFF
+        token = (os.getpid() << 24) | self._sent
+        flags[row, k] = token
+        self._taking = (row * RING + k, token)
+        if k not in bufs:
+            bufs[k] = self.items.camera_buffers(self.cameras, self.size, shared=True)
+        return bufs[k]
+
+    def __call__(self) -> tuple[dict[str, np.ndarray], int]:
+        """The buffers (numpy views, allocated on first use per batch) and ``have``."""
+        if self._bufs is None:
+            if self.final:
+                self._bufs = self._from_ring() if self._ring is not None else None
+                if self._bufs is None:
+                    self._bufs = self.items.camera_buffers(
+                        self.cameras, self.size, shared=self.shared
+                    )
+            else:
+                if self._scratch is None:  # held while the stream runs, then back to the pool
+                    self._scratch = self.items.camera_buffers(self.cameras, self.size, shared=False)
+                self._bufs = self._scratch
+            self._arrays = {c: t.numpy() for c, t in self._bufs.items()}
+        return self._arrays, self.have
+
+    def take(self, blocks: list[_Block]) -> dict[str, Any]:
+        """The batch's camera columns (tensors if final, else numpy) and a fresh start."""
+        bufs, n = self._bufs, self.have
+        self._bufs, self._arrays, self.have = None, {}, 0
+        self.ticket, self._taking = self._taking, None
+        if bufs is None:
+            return {}
+        keep = None
+        if any(b.keep is not None for b in blocks):  # skipped frames: keep the read ones
+            keep = np.concatenate(
+                [b.keep if b.keep is not None else np.ones(b.size, dtype=bool) for b in blocks]
+            )
+        out: dict[str, Any] = {}
+        for c, t in bufs.items():
+            t = t[:n] if n < self.size else t
+            if keep is not None:
+                t = t[torch.from_numpy(keep)]
+            out[c] = t if self.final else t.numpy()
+        return out
+
+
+def _assemble(
+    blocks: list[_Block], empty: Callable[[], dict[str, np.ndarray]] | None = None
+) -> dict[str, np.ndarray]:
+    """Numpy columns of consecutive blocks, each value copied once into place.
+
+    The cursor has one row per position, the columns one row per frame read (fewer when
+    frames were skipped); ``empty()`` gives zero-row columns when no frame was read.
+    """
+    total = sum(b.frames for b in blocks)
+    if len(blocks) == 1 and len(blocks[0].parts) == 1:
+        out = dict(blocks[0].parts[0][0])
+        out[CURSOR_KEY] = blocks[0].cursor
+        return out
+    first = next((b.parts[0][0] for b in blocks if b.parts), None)
+    if first is None:
+        first = empty() if empty is not None else {}
+    out = {k: np.empty((total, *v.shape[1:]), dtype=v.dtype) for k, v in first.items()}
+    at = 0
+    for blk in blocks:
+        for raw, rows in blk.parts:
+            dest = slice(at, at + blk.frames) if rows is None else rows + at
+            for k, v in raw.items():
+                out[k][dest] = v
+        at += blk.frames
+    out[CURSOR_KEY] = np.concatenate([b.cursor for b in blocks])
+    return out

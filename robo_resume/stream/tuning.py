@@ -1,0 +1,92 @@
+"""StreamTuning: the documented knobs of the stream (chunk order, interleave, tail, decoding),
+and the ``on_error`` values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    CorruptFileError,
+    MetadataMismatchError,
+    MissingFileError,
+    VideoDecodeError,
+    describe,
+)
+from ..index.schedule import (
+    TAILS,
+)
+from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+
+if TYPE_CHECKING:  # annotations only
+    pass
+
+
+ON_ERROR = ("raise", "skip")
+"""Values of ``ChunkedEpisodeDataset(on_error=...)``."""
+
+SKIP_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
+"""Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
+
+
+@dataclass(frozen=True)
+class StreamTuning:
+    """Knobs that change the order or the speed of streaming (defaults are sensible).
+
+    Attributes:
+        interleave: chunks open at once per stream whose frames are interleaved (1 = none).
+        tail: what happens to the frames that do not divide evenly over the streams (DataLoader
+            workers x ranks) each epoch. "drop" (default, training): they are left out (fewer
+            than one per stream, a different few every epoch), every stream yields the same
+            number. "pad": the streams are filled up by repeating frames from the epoch's
+            start. "keep" (evaluation, see :meth:`evaluation`): every frame exactly once; the
+            streams get consecutive pieces of the epoch, and on each rank the first workers
+            may yield one batch more than the others (the DataLoader's round-robin order and
+            the resume arithmetic stay exact). Ranks get the same number of batches whenever
+            the frames allow it (always with one rank; with several ranks, 2+ workers and
+            batch size 2+ whenever there are at least as many frames as ranks); otherwise the
+            first ranks get one batch more, and a DDP collective per batch would wait forever:
+            gather each rank's results after the pass instead, or use "pad" (repeats frames).
+            Needs ``drop_last=False`` and epoch mode (not ``infinite``).
+        shuffle: permute chunks each epoch and per stream (False = episode order, for eval).
+        cut_at_keyframes: end chunks on video keyframes (reads keyframe times at start-up).
+        block_frames: frames read from one chunk at a time (bounds memory per open chunk).
+        tolerance_s: video frame time tolerance (lerobot's default 1e-4 s).
+        decoder_threads: FFmpeg threads per video decoder (0: FFmpeg's choice). Default 1: the
+            DataLoader workers (or the camera threads) keep the cores busy, and PyAV decoders
+            with FFmpeg threads were seen to deadlock when garbage-collected.
+        camera_threads: cameras decoded concurrently (PyAV releases the GIL while decoding);
+            None (default): one thread per camera in the main process, 1 in workers.
+    """
+
+    interleave: int = 4
+    tail: str = "drop"
+    shuffle: bool = True
+    cut_at_keyframes: bool = False
+    block_frames: int = 16
+    tolerance_s: float = 1e-4
+    decoder_threads: int = 1
+    camera_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_frames < 1:
+            raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
+        if self.tail not in TAILS:
+            raise ValueError(
+                describe("Unknown tail", expected=" or ".join(map(repr, TAILS)), found=self.tail)
+            )
+
+    @classmethod
+    def evaluation(cls, **overrides: Any) -> StreamTuning:
+        """The preset for validation and evaluation: every selected frame exactly once per pass.
+
+        ``shuffle=False`` and ``tail="keep"``: with ``num_workers=0`` the frames come in
+        dataset order (episode by episode, as selected); with workers, each worker reads a
+        consecutive piece of that order, so each worker's frames are in order and the
+        DataLoader alternates between the workers batch by batch. Use it with
+        ``drop_last=False`` (the default). Other knobs may be passed, e.g.
+        ``StreamTuning.evaluation(block_frames=32)``. Under DDP, rank ``r`` gets the ``r``-th
+        consecutive part of the frames (see ``tail``); sum or gather the metrics per rank
+        after the pass.
+        """
+        return cls(**{"shuffle": False, "tail": "keep", **overrides})
