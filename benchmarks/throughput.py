@@ -6,6 +6,8 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of
   as uint8 and as float32 (lerobot's layout);
 - ``lerobot``: ``LeRobotDataset(..., video_backend="pyav")`` in a shuffled ``DataLoader`` (what
   lerobot's trainer does), same workers, batch size and ``delta_timestamps``; float32 images;
+- ``1 cam``: robo_resume uint8 with ``features=`` keeping the first camera only (the others are
+  never opened or decoded), printed as its ratio to all cameras (datasets with 2+ cameras);
 - ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, one FFmpeg
   thread per decoder as in robo_resume) over the same episodes' videos, no dataset around it.
 
@@ -117,14 +119,27 @@ def _drain(loader, warmup: int, batches: int) -> float:
     return frames / dt
 
 
-def run_robo(case: Case, workers: int, delta: bool, dtype: str, warmup: int, batches: int):
+def run_robo(
+    case: Case,
+    workers: int,
+    delta: bool,
+    dtype: str,
+    warmup: int,
+    batches: int,
+    one_camera: bool = False,
+):
+    """robo_resume's frames/s; ``one_camera``: every camera but the first left out with
+    ``features=`` (never opened or decoded), as for a policy that uses one camera."""
     from robo_resume import ChunkedEpisodeDataset
 
+    dropped = case.meta.camera_keys[1:] if one_camera else ()
+    window = {k: v for k, v in case.delta.items() if k not in dropped}
     ds = ChunkedEpisodeDataset(
         case.root,
         batch_size=BATCH,
         episodes=case.episodes,
-        delta_timestamps=case.delta if delta else None,
+        features={k: None for k in dropped} or None,
+        delta_timestamps=window if delta else None,
         image_dtype=dtype,
         infinite=True,
     )
@@ -195,7 +210,8 @@ def measure(case: Case, args) -> list[dict]:
     frames = args.batches * BATCH
     for workers, delta in itertools.product(args.workers, (False, True)):
         samples: dict[str, list[float]] = {"robo_u8": [], "robo_f32": [], "lerobot": []}
-        samples["ceiling"] = []
+        samples["ceiling"], samples["robo_u8_1cam"] = [], []
+        several = len(case.meta.camera_keys) > 1
         for r in range(args.repeats):
             progress(f"({case.name}) workers={workers} delta={delta} repeat {r + 1}/{args.repeats}")
             samples["robo_u8"].append(
@@ -204,6 +220,10 @@ def measure(case: Case, args) -> list[dict]:
             samples["robo_f32"].append(
                 run_robo(case, workers, delta, "float32", args.warmup, args.batches)
             )
+            if several:
+                samples["robo_u8_1cam"].append(
+                    run_robo(case, workers, delta, "uint8", args.warmup, args.batches, True)
+                )
             if not args.no_lerobot:
                 samples["lerobot"].append(
                     run_lerobot(case, workers, delta, args.warmup, args.lerobot_batches)
@@ -220,6 +240,9 @@ def measure(case: Case, args) -> list[dict]:
             "robo_u8_over_lerobot": med["robo_u8"] / med["lerobot"] if med["lerobot"] else None,
             "robo_f32_over_ceiling": med["robo_f32"] / med["ceiling"],
             "robo_u8_over_ceiling": med["robo_u8"] / med["ceiling"],
+            "one_camera_over_all": med["robo_u8_1cam"] / med["robo_u8"]
+            if med["robo_u8_1cam"]
+            else None,
         }
         rows.append(row)
     return rows
@@ -317,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             _fmt(r["robo_f32_over_lerobot"], ".1f"),
             _fmt(r["robo_u8_over_ceiling"], ".2f"),
             _fmt(r["robo_f32_over_ceiling"], ".2f"),
+            _fmt(r["one_camera_over_all"], ".2f"),
         ]
         for r in rows
     ]
@@ -334,8 +358,14 @@ def main(argv: list[str] | None = None) -> int:
             "f32/lerobot",
             "u8/ceiling",
             "f32/ceiling",
+            "1 cam/all",
         ],
         table,
+    )
+    print(
+        "1 cam/all: frames/s (uint8) with features= keeping the first camera only, over all "
+        "cameras: the decoding a policy that uses one camera saves (left-out cameras are never "
+        "opened)"
     )
     checks = verdicts(rows)
     if checks:
