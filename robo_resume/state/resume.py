@@ -43,9 +43,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._version import __version__
 from ..errors import ResumeStateError, describe
 from ..index.elastic import Level
+from .fingerprint import _ESCAPE, _FIX, _FIX_DEFAULT, ABOUT, _in_words
+from .records import (
+    MAX_STATE_INT,
+    MAX_WORKERS,
+    _elastic,
+    _int,
+    _merge_skipped,
+    _skip_record,
+    _skipped_list,
+    _workers,
+)
+from .versions import (
+    KIND_DATASET,
+    KIND_MIX,
+    OLD_MIX_FORMAT,
+    STATE_FORMAT,
+    STATE_VERSION,
+    UNKNOWN_LIBRARY_VERSION,
+    _migrate,
+    library_version,
+)
 
 __all__ = [
     "KIND_DATASET",
@@ -60,111 +80,14 @@ __all__ = [
     "library_version",
 ]
 
+
 logger = logging.getLogger("robo_resume")
 
-STATE_FORMAT = "robo_resume.state"
-STATE_VERSION = 4
-"""Format version of every state; 2 added ``library_version``, 3 ``elastic``, 4 ``kind`` (and
-the mix state became this format, see :mod:`robo_resume.state.mix`)."""
-
-KIND_DATASET = "dataset"
-"""``kind`` of a :class:`ResumeState`."""
-
-KIND_MIX = "mix"
-"""``kind`` of a :class:`robo_resume.state.mix.MixState`."""
-
-OLD_MIX_FORMAT = "robo_resume.mix_state"
-"""``format`` of mix states before version 4 (their own ``version`` 1); migrated on load."""
-
-UNKNOWN_LIBRARY_VERSION = "unknown"
-"""``library_version`` of a state migrated from format version 1 (which did not record it)."""
-
-MAX_WORKERS = 128
-"""Most DataLoader workers per rank a stream table holds (and a resume state may name)."""
-
-MAX_STATE_INT = 2**53
-"""Largest epoch, position, batch count or rank a state may hold: exact in JSON and float64,
-and far from int64's limit, so arithmetic on it (epochs x batches, shared int64 tables) cannot
-overflow."""
 
 _KEYS = ("fingerprint", "world_size", "num_workers", "batches", "cursors")
 
+
 # How to fix a mismatch of each fingerprint key (see ChunkedEpisodeDataset.fingerprint).
-_FIX = {
-    "dataset": "the state belongs to another dataset (its episodes or features differ); pass "
-    "the root of the dataset the run was trained on, or start a new run without resume_state",
-    "total_frames": "the state belongs to another dataset or episode selection; pass the same "
-    "root and episodes=[...] as the run that saved it",
-    "episodes": "pass the same episodes= selection (indices, slice string, or a Split with the "
-    "same fractions, index and seed) as the run that saved the state",
-    "plan": "pass the same chunk_frames, episodes and StreamTuning(cut_at_keyframes=...) as the "
-    "run that saved the state",
-    "seed": "pass the same seed as the run that saved the state",
-    "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
-    "counts batches of that size); a resume_state may change it (elastic resume)",
-}
-_FIX_DEFAULT = (
-    "construct the dataset with the same root, episodes, chunk_frames, seed, batch_size and "
-    "schedule options as the run that saved the state"
-)
-_ESCAPE = (
-    "; to resume anyway, accepting that frames may be replayed or lost, pass "
-    "resume_strict=False to ChunkedEpisodeDataset (or MixedDataset): see the README, "
-    "'When a resume is refused'"
-)
-ABOUT = "about"
-"""Fingerprint key of readable facts (episode ranges, chunk_frames, ...) used to say in words
-what differs; never compared (the hashes beside it are)."""
-
-
-def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
-    """``seed 1 vs 0; episodes 0-9 vs 0-7``: each differing key, this dataset's value first."""
-    a, b = want.get(ABOUT) or {}, got.get(ABOUT) or {}
-    out = []
-    for k in keys:
-        if k in a and a.get(k) == b.get(k):
-            out.append(f"{k} ({a[k]} in both; it follows from the other differences)")
-        elif k in a or k in b:
-            out.append(f"{k} {a.get(k, '(not recorded)')} vs {b.get(k, '(not recorded)')}")
-        else:
-            out.append(f"{k} {want.get(k)!r} vs {got.get(k)!r}")
-    return "; ".join(out)
-
-
-def library_version() -> str:
-    """``robo_resume.__version__``, the version that writes states now."""
-    return __version__
-
-
-def _int(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_STATE_INT) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise ResumeStateError(
-            describe(
-                f"Invalid resume state field '{name}'",
-                expected=f"an int >= {minimum} and <= {maximum}",
-                found=repr(value)[:80],
-                fix="pass the unmodified dict from CursorTracker.state_dict() or load_state()",
-            )
-        )
-    return value
-
-
-def _workers(name: str, value: Any) -> int:
-    """A worker count: an int in ``[0, MAX_WORKERS]``, the limit named in the message."""
-    _int(name, value)
-    if value > MAX_WORKERS:
-        raise ResumeStateError(
-            describe(
-                f"The resume state's '{name}' is above the limit of workers per rank",
-                expected=f"at most {MAX_WORKERS} DataLoader workers per rank (MAX_WORKERS)",
-                found=f"{name}={value}",
-                fix="pass the unmodified dict from CursorTracker.state_dict(); no run can have "
-                f"used more than {MAX_WORKERS} workers per rank",
-            )
-        )
-    return value
-
-
 @dataclass(frozen=True, order=True)
 class StreamCursor:
     """Frames of ``epoch`` that stream ``(rank, role)`` has delivered to the training loop."""
@@ -514,150 +437,3 @@ class ResumeState:
             elastic_epoch=self.elastic_epoch,
             origin=self.origin,
         )
-
-
-SKIP_RECORD_KEYS = (
-    "epoch",
-    "chunk",
-    "episode",
-    "start",
-    "frame",
-    "stop",
-    "rank",
-    "role",
-    "file",
-    "error",
-)
-"""Keys of a skipped-chunk record (ints, except ``file``: str or None, ``error``: str)."""
-
-
-def _skip_record(r: Any) -> dict[str, Any]:
-    ok = isinstance(r, Mapping) and all(k in r for k in SKIP_RECORD_KEYS)
-    if ok:
-        ints = SKIP_RECORD_KEYS[:8]
-        ok = all(isinstance(r[k], int) and not isinstance(r[k], bool) and r[k] >= 0 for k in ints)
-        ok = (
-            ok and isinstance(r["error"], str) and (r["file"] is None or isinstance(r["file"], str))
-        )
-    if not ok:
-        raise ResumeStateError(
-            describe(
-                "Invalid skipped-chunk record in the resume state",
-                expected=f"a dict with keys {list(SKIP_RECORD_KEYS)} (ints, file str or None, "
-                "error str)",
-                found=repr(r)[:160],
-                fix="pass the unmodified dict from CursorTracker.state_dict()",
-            )
-        )
-    return {k: r[k] for k in SKIP_RECORD_KEYS}
-
-
-def _skipped_list(value: Any) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list | tuple):
-        raise ResumeStateError(
-            describe(
-                "Invalid resume state field 'skipped'",
-                expected="a list of skipped-chunk dicts",
-                found=repr(value)[:80],
-            )
-        )
-    return tuple(_skip_record(r) for r in value)
-
-
-def _merge_skipped(a: Any, b: Any) -> tuple[dict[str, Any], ...]:
-    """Union of two ranks' skip records, in (epoch, rank, role, chunk, start) order."""
-    seen = {}
-    for r in (*a, *b):
-        seen.setdefault((r["epoch"], r["chunk"], r["start"], r["rank"], r["role"]), r)
-    return tuple(seen[k] for k in sorted(seen, key=lambda k: (k[0], k[3], k[4], k[1], k[2])))
-
-
-def _elastic(value: Any) -> dict[str, Any]:
-    """``elastic_epoch`` and ``origin`` from a state dict's ``elastic`` entry (validated)."""
-    if value is None:
-        return {}
-
-    def bad(what: str) -> ResumeStateError:
-        return ResumeStateError(
-            describe(
-                "Invalid resume state field 'elastic'",
-                expected="None or {'epoch': int, 'origin': [{'world_size', 'num_workers', "
-                "'batch_size', 'epoch', 'cursors'}, ...]}",
-                found=f"{what}: {repr(value)[:120]}",
-                fix="pass the unmodified dict from CursorTracker.state_dict() or load_state()",
-            )
-        )
-
-    if not isinstance(value, Mapping) or not isinstance(value.get("origin"), list | tuple):
-        raise bad("not a dict with an 'origin' list")
-    levels = []
-    for lv in value["origin"]:
-        if not isinstance(lv, Mapping):
-            raise bad("a level that is not a dict")
-        try:
-            cursors = tuple(tuple(_int("elastic.cursor", x) for x in c) for c in lv["cursors"])
-            level = Level(
-                _int("elastic.world_size", lv["world_size"], minimum=1),
-                _workers("elastic.num_workers", lv["num_workers"]),
-                _int("elastic.batch_size", lv["batch_size"], minimum=1),
-                cursors,
-                None if lv["epoch"] is None else _int("elastic.epoch", lv["epoch"]),
-            )
-        except ResumeStateError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise bad(f"a malformed level ({type(exc).__name__}: {exc})") from exc
-        if any(len(c) != 4 or min(c) < 0 for c in cursors):
-            raise bad("a cursor that is not [rank, role, epoch, position]")
-        levels.append(level)
-    if not levels:
-        raise bad("an empty origin")
-    return {"elastic_epoch": _int("elastic.epoch", value.get("epoch")), "origin": tuple(levels)}
-
-
-def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Bring a state dict to :data:`STATE_VERSION`, or refuse it (see the module docstring)."""
-    version = data.get("version")
-    if version == STATE_VERSION and not isinstance(version, bool):
-        return data
-    if version == 3 and not isinstance(version, bool):
-        logger.info(
-            "resume: migrated a resume state from format version 3 to %d (adds kind 'dataset'; "
-            "the frames are the same)",
-            STATE_VERSION,
-        )
-        return {**data, "version": STATE_VERSION, "kind": KIND_DATASET}
-    if version == 1 and not isinstance(version, bool):
-        logger.info(
-            "resume: migrated a resume state from format version 1 to %d (it does not record "
-            "the robo_resume version that wrote it)",
-            STATE_VERSION,
-        )
-        return {
-            **data,
-            "version": STATE_VERSION,
-            "kind": KIND_DATASET,
-            "library_version": UNKNOWN_LIBRARY_VERSION,
-            "elastic": None,
-        }
-    if version == 2 and not isinstance(version, bool):
-        logger.info(
-            "resume: migrated a resume state from format version 2 to %d (no elastic "
-            "remainder epoch)",
-            STATE_VERSION,
-        )
-        return {**data, "version": STATE_VERSION, "kind": KIND_DATASET, "elastic": None}
-    lib = data.get("library_version")
-    newer = isinstance(version, int) and not isinstance(version, bool) and version > STATE_VERSION
-    raise ResumeStateError(
-        describe(
-            "Unsupported resume state version",
-            expected=f"version 1 to {STATE_VERSION} (this is robo_resume {library_version()})",
-            found=f"version {version!r}"
-            + (f", written by robo_resume {lib}" if isinstance(lib, str) else ""),
-            fix=f"upgrade robo_resume to {lib or 'the version that wrote the state'} or newer"
-            if newer
-            else "resume with the robo_resume version that wrote the state, or restart the "
-            "epoch with resume_step",
-        )
-    )

@@ -1,0 +1,46 @@
+"""How a fingerprint mismatch is told: the likely cause first, in words, with the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_FIX = {
+    "dataset": "the state belongs to another dataset (its episodes or features differ); pass "
+    "the root of the dataset the run was trained on, or start a new run without resume_state",
+    "total_frames": "the state belongs to another dataset or episode selection; pass the same "
+    "root and episodes=[...] as the run that saved it",
+    "episodes": "pass the same episodes= selection (indices, slice string, or a Split with the "
+    "same fractions, index and seed) as the run that saved the state",
+    "plan": "pass the same chunk_frames, episodes and StreamTuning(cut_at_keyframes=...) as the "
+    "run that saved the state",
+    "seed": "pass the same seed as the run that saved the state",
+    "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
+    "counts batches of that size); a resume_state may change it (elastic resume)",
+}
+_FIX_DEFAULT = (
+    "construct the dataset with the same root, episodes, chunk_frames, seed, batch_size and "
+    "schedule options as the run that saved the state"
+)
+_ESCAPE = (
+    "; to resume anyway, accepting that frames may be replayed or lost, pass "
+    "resume_strict=False to ChunkedEpisodeDataset (or MixedDataset): see the README, "
+    "'When a resume is refused'"
+)
+ABOUT = "about"
+"""Fingerprint key of readable facts (episode ranges, chunk_frames, ...) used to say in words
+what differs; never compared (the hashes beside it are)."""
+
+
+def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
+    """``seed 1 vs 0; episodes 0-9 vs 0-7``: each differing key, this dataset's value first."""
+    a, b = want.get(ABOUT) or {}, got.get(ABOUT) or {}
+    out = []
+    for k in keys:
+        if k in a and a.get(k) == b.get(k):
+            out.append(f"{k} ({a[k]} in both; it follows from the other differences)")
+        elif k in a or k in b:
+            out.append(f"{k} {a.get(k, '(not recorded)')} vs {b.get(k, '(not recorded)')}")
+        else:
+            out.append(f"{k} {want.get(k)!r} vs {got.get(k)!r}")
+    return "; ".join(out)
