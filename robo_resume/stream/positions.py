@@ -1,0 +1,276 @@
+"""Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points."""
+
+from __future__ import annotations
+
+import logging
+
+from torch.utils.data import get_worker_info
+
+from ..errors import (
+    ResumeStateError,
+    describe,
+)
+from ..format.validate import inside_root
+from ..format.video import VideoReader
+from ..index.elastic import Layout, Level, build_layout, check_positions, replan
+from ..index.schedule import (
+    Schedule,
+    Topology,
+    resume_point,
+    worker_batches_done,
+)
+from ..state.resume import StreamCursor
+from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+
+logger = logging.getLogger("robo_resume")
+
+
+class _Positions:
+    """Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points.
+
+    A mixin of :class:`robo_resume.dataset.ChunkedEpisodeDataset`, kept apart so that the class
+    file stays readable: these methods turn the dataset's settings and resume state into
+    positions (arithmetic over the index layer; no frame is read).
+    """
+
+    # -- pure parts ----------------------------------------------------------------------------
+    def schedule(self, num_workers: int) -> Schedule:
+        """The pure schedule for this rank's DataLoader with ``num_workers`` workers."""
+        s = self._schedules.get(num_workers)
+        if s is None:
+            s = Schedule(self.chunks, self.config, Topology(self.world_size, num_workers))
+            self._schedules[num_workers] = s
+        return s
+
+    def batches_per_epoch(self, num_workers: int) -> int:
+        """Batches this rank's DataLoader yields per epoch (equal on every rank, except with
+        ``StreamTuning(tail="keep")`` when the frames cannot be split so)."""
+        return self.schedule(num_workers).rank_batches(self.rank)
+
+    def batches_next_iteration(self, num_workers: int) -> int:
+        """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
+
+        The first iteration runs from :meth:`start_point` to the end of its epoch (a partial
+        epoch after a resume; the remainder epoch after an elastic resume); later ones are
+        whole epochs of :meth:`layout`. Raises TypeError in infinite mode (no end).
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "An infinite ChunkedEpisodeDataset's loader has no len()",
+                    expected="infinite=False for a loader with a length",
+                    found="infinite=True: one endless iteration over consecutive epochs",
+                    fix=f"use dataset.batches_per_epoch(num_workers) "
+                    f"({self.batches_per_epoch(num_workers)} here) as the epoch length, or "
+                    "count steps yourself",
+                )
+            )
+        wp = max(num_workers, 1)
+        slots = self._slots[:wp]
+        layout = self.layout(num_workers)
+        topo = Topology(self.world_size, num_workers)
+        if int(slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+        else:  # every worker starts its next epoch at position 0
+            starts = [(int(slots[0, 0]), 0)] * wp
+        b = self.batch_size
+        total = 0
+        for role, (epoch, position) in enumerate(starts):
+            left = layout.length(epoch, topo.stream_id(self.rank, role)) - position
+            total += -(-max(left, 0) // b)
+        return total
+
+    def next_epoch(self, num_workers: int) -> int:
+        """The epoch the next iteration of this rank's loader (``num_workers``) plays.
+
+        Before the first iteration: the epoch the resume point stands in (0 without a resume;
+        after a resume, the interrupted epoch, or the next one when the checkpoint was taken
+        at its end; after an elastic resume, the remainder epoch's label, which is the
+        interrupted epoch's number). Then one more per iteration the loader started. Epoch
+        mode only (an infinite dataset has one endless iteration: TypeError). This is what
+        :meth:`BatchLoader.epochs` counts with, whatever topology the checkpoint had.
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "An infinite ChunkedEpisodeDataset has no epochs to count",
+                    expected="infinite=False",
+                    found="infinite=True: one endless iteration over consecutive epochs",
+                    fix="count steps, or use epoch mode and loader.epochs(n)",
+                )
+            )
+        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            return min(e for e, _ in starts)  # epoch mode: every role starts in one epoch
+        return int(self._slots[0, 0])
+
+    def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int]], int]:
+        """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
+
+        From ``resume_state`` when given (cursors), else from ``resume_step`` (arithmetic). New
+        worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration. After a
+        topology or batch size change every role starts at position 0 of the remainder epoch
+        (see :meth:`layout`), with rotation 0 and a batch count of 0.
+        """
+        sched = self.schedule(num_workers)
+        if self.resume_state is None:
+            batches = self.resume_step // self.batch_size
+            rp = resume_point(sched, batches, infinite=self.infinite, rank=self.rank)
+            return rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches
+        return self._start_from_cursors(sched, num_workers)
+
+    def layout(self, num_workers: int) -> Layout:
+        """What this rank's streams emit per epoch, with ``num_workers`` workers.
+
+        The schedule's epochs, plus, after an elastic resume (a ``resume_state`` of another
+        topology or batch size, or one saved during such a run's first epoch), the *remainder
+        epoch*: what the interrupted epoch had left, re-partitioned over this topology.
+        """
+        return self._plan(num_workers)[0]
+
+    def elastic_origin(self, num_workers: int) -> tuple[int | None, tuple[Level, ...]]:
+        """``(remainder epoch label, origin levels)`` a state of this run must carry."""
+        _, label, origin = self._plan(num_workers)
+        return label, origin
+
+    def _plan(self, num_workers: int) -> tuple[Layout, int | None, tuple[Level, ...]]:
+        plan = self._plans.get(num_workers)
+        if plan is not None:
+            return plan
+        st, sched = self.resume_state, self.schedule(num_workers)
+        here = (self.world_size, num_workers, self.batch_size)
+        if st is None:
+            plan = (Layout(sched), None, ())
+        elif (st.world_size, st.num_workers, st.batch_size) == here:
+            if st.elastic_epoch is None:
+                plan = (Layout(sched), None, ())
+            else:
+                layout = build_layout(
+                    self.chunks, self.config, [*st.origin, st.level], infinite=self.infinite
+                )
+                plan = (layout, st.elastic_epoch, st.origin)
+        else:
+            rp = replan(
+                self.chunks,
+                self.config,
+                [*st.origin, st.level],
+                Level(*here),
+                infinite=self.infinite,
+            )
+            plan = (rp.layout, rp.layout.epoch, rp.origin)
+            self._elastic_starts[num_workers] = rp.epoch
+            if self.rank == 0 and get_worker_info() is None:
+                logger.info(
+                    "resume: elastic re-partition from world_size=%d num_workers=%d "
+                    "batch_size=%s to world_size=%d num_workers=%d batch_size=%d: %s",
+                    st.world_size,
+                    st.num_workers,
+                    st.batch_size,
+                    *here,
+                    f"{rp.total} frames left in epoch {rp.epoch} form the remainder epoch"
+                    if rp.layout.epoch is not None
+                    else f"nothing left mid-epoch, starting epoch {rp.epoch}",
+                )
+            if rp.dropped and get_worker_info() is None:
+                logger.warning(
+                    "resume: drop_last=True drops %d of the %d frames left in epoch %d on rank "
+                    "%d's re-partition (they do not fill a batch on every rank)",
+                    rp.dropped,
+                    rp.total,
+                    rp.epoch,
+                    self.rank,
+                )
+        self._plans[num_workers] = plan
+        return plan
+
+    def _start_from_cursors(self, sched: Schedule, num_workers: int):
+        st = self.resume_state
+        wp = max(num_workers, 1)
+        layout = self.layout(num_workers)
+        if (st.world_size, st.num_workers, st.batch_size) != (
+            self.world_size,
+            num_workers,
+            self.batch_size,
+        ):
+            return 0, [(self._elastic_starts[num_workers], 0)] * wp, 0
+        topo = Topology(self.world_size, num_workers)
+        mine = {c.role: c for c in st.cursors if c.rank == self.rank}
+        if sorted(mine) != list(range(wp)):
+            raise ResumeStateError(
+                describe(
+                    "The resume state lacks cursors of this rank's streams",
+                    expected=f"roles 0..{wp - 1} of rank {self.rank}",
+                    found=sorted(mine),
+                    fix="save the state with CursorTracker.state_dict() (it gathers all ranks)",
+                )
+            )
+        b = self.batch_size
+        cur = [mine[r] for r in range(wp)]
+        ids = [topo.stream_id(self.rank, r) for r in range(wp)]
+        positions = {g: (c.epoch, c.position) for c, g in zip(cur, ids, strict=True)}
+        check_positions(layout, positions, topo)
+        if self.infinite:
+            done = [
+                layout.frames_done(c.epoch, g, c.position) // b
+                for c, g in zip(cur, ids, strict=True)
+            ]
+            total = sum(done)
+            starts = [(c.epoch, c.position) for c in cur]
+        else:
+            # A stream that finished epoch e-1 before its first batch of epoch e stands at
+            # (e-1, its length of e-1), which is the same place as (e, 0).
+            last = max(c.epoch for c in cur)
+            cur = [
+                StreamCursor(c.rank, c.role, last, 0)
+                if c.epoch == last - 1 and c.position >= layout.length(c.epoch, g)
+                else c
+                for c, g in zip(cur, ids, strict=True)
+            ]
+            epochs = {c.epoch for c in cur}
+            if len(epochs) != 1:
+                raise ResumeStateError(
+                    describe(
+                        "Stream cursors stand in different epochs",
+                        expected="all streams of a rank in one epoch (epoch mode)",
+                        found=[(c.role, c.epoch, c.position) for c in cur],
+                    )
+                )
+            e = epochs.pop()
+            if all(c.position >= layout.length(e, g) for c, g in zip(cur, ids, strict=True)):
+                return 0, [(e + 1, 0)] * wp, st.batches
+            done = [-(-c.position // b) for c in cur]
+            total = sum(done)
+            starts = [(c.epoch, c.position) for c in cur]
+        expect = [worker_batches_done(total, num_workers, r) for r in range(wp)]
+        if done != expect:
+            raise ResumeStateError(
+                describe(
+                    "Stream cursors are not a DataLoader round-robin prefix",
+                    expected=f"batches per stream {expect}",
+                    found=f"{done}",
+                    fix="record cursors with CursorTracker.consume on every batch, in order",
+                )
+            )
+        return total % wp, starts, st.batches
+
+    def _keyframe_cuts(self) -> dict[int, list[int]]:
+        cuts: dict[int, list[int]] = {}
+        if not self.meta.camera_keys:
+            return cuts
+        cam = self.meta.camera_keys[0]
+        times: dict[str, list[float]] = {}
+        for e in self.episodes:
+            ep = self.meta.episode(e)
+            ref = ep.videos[cam]
+            if ref.path not in times:
+                path = inside_root(self.meta.root, ref.path, episode=e)
+                times[ref.path] = VideoReader(path, episode=e).keyframe_times()
+            fps = self.meta.fps
+            cuts[e] = sorted(
+                {
+                    round((t - ref.from_timestamp) * fps)
+                    for t in times[ref.path]
+                    if ref.from_timestamp - 1e-6 <= t < ref.from_timestamp + ep.length / fps
+                }
+            )
+        return cuts

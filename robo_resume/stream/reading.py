@@ -1,0 +1,360 @@
+"""How a ChunkedEpisodeDataset reads: one stream's chunks, block by block, into batches."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from ..errors import (
+    describe,
+)
+from ..index.elastic import Layout
+from ..index.schedule import (
+    Group,
+    Schedule,
+    Topology,
+)
+from ..keys import RELEASE_KEY, SKIPPED_KEY
+from ..state.resume import MAX_WORKERS
+from ..stream.blocks import (
+    _assemble,
+    _BatchTarget,
+    _Block,
+    _discard,
+    _in_worker,
+    _skip_record,
+    _streaming_error,
+    _torch_threads,
+)
+from ..stream.tuning import SKIP_ERRORS
+from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+
+logger = logging.getLogger("robo_resume")
+
+
+class _Reading:
+    """How a ChunkedEpisodeDataset reads: one stream's chunks, block by block, into batches.
+
+    A mixin of :class:`robo_resume.dataset.ChunkedEpisodeDataset`: iteration in a worker (or
+    the main process), the worker's epoch table, reading groups of chunks into blocks and
+    batches with the skip policy, and the batches of one stream for a mix.
+    """
+
+    # -- torch protocol ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """This worker's stream, one item per frame (for a DataLoader with ``batch_size``)."""
+        if self.on_error == "skip":
+            raise ValueError(
+                describe(
+                    "on_error='skip' needs the batch path",
+                    expected="dataset.dataloader(...) without collate_fn, or iter_batches()",
+                    found="iteration item by item (a DataLoader with batch_size or collate_fn)",
+                    fix="use dataset.dataloader(num_workers=...): skipped frames keep their "
+                    "positions there, which item-by-item batching cannot do",
+                )
+            )
+        return self._generate(*self._start_stream())
+
+    def iter_batches(
+        self, *, image_dtype: str | None = None, ring: torch.Tensor | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """This worker's stream as whole batches, equal to ``default_collate`` of the items.
+
+        What :meth:`dataloader` uses (with ``batch_size=None``): the batches a DataLoader with
+        ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
+        by item and collated, which is several times cheaper per frame.
+
+        ``ring`` (for :class:`BatchLoader`, whose iterator frees the slots): a shared flag
+        table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come from a
+        ring of :data:`RING` shared-memory buffers, and each batch carries :data:`RELEASE_KEY`.
+        """
+        return self._generate_batches(*self._start_stream(), image_dtype=image_dtype, ring=ring)
+
+    def _start_stream(self):
+        info = get_worker_info()
+        num_workers = info.num_workers if info is not None else 0
+        worker = info.id if info is not None else 0
+        if num_workers > MAX_WORKERS:
+            raise ValueError(describe("Too many workers", expected=f"<= {MAX_WORKERS}"))
+        layout = self.layout(num_workers)
+        wp = max(num_workers, 1)
+        slot = self._slots[worker]
+        resumed = False
+        if self._loaded is not None:
+            st, self._loaded = self._loaded, None
+            role, epoch, position = st["role"], st["epoch"], st["position"]
+            resumed = True
+        elif int(slot[1]) == 0:
+            rotation, starts, _ = self.start_point(num_workers)
+            role = (worker + rotation) % wp
+            epoch, position = starts[role]
+            resumed = self.resume_state is not None or self.resume_step > 0
+        else:
+            role, epoch, position = worker, int(slot[0]), 0
+        slot[1] = 1
+        slot[0] = epoch + 1
+        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
+        if resumed:
+            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
+        return layout, stream, role, num_workers, epoch, position, slot
+
+    def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
+        if position >= sched.frames_per_stream:
+            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
+            return
+        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
+        done = np.bincount(group.order[:offset], minlength=len(group.segments))
+        j = int(group.order[offset])
+        seg = group.segments[j]
+        logger.info(
+            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
+            stream,
+            epoch,
+            seg.chunk_id,
+            seg.start + int(done[j]),
+            seg.episode_index,
+            position,
+        )
+
+    def _configure_decoding(self) -> None:
+        """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
+        worker = _in_worker()
+        t = self.tuning
+        cams = (
+            t.camera_threads
+            if t.camera_threads is not None
+            else (1 if worker else len(self.meta.camera_keys))
+        )
+        self.items.camera_threads = max(cams, 1)
+
+    def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
+        """Items of the stream from ``(epoch, position)``, one dict per frame."""
+        self._configure_decoding()
+        live = self._live
+        blocks = self._blocks(
+            sched, stream, role, num_workers, epoch, position, slot, lambda: 1 << 30
+        )
+        for block in blocks:
+            if not block.size:
+                continue
+            with _torch_threads():
+                cols = self.items.finish(_assemble([block]))
+            for i, cursor in enumerate(block.cursor.tolist()):
+                live["epoch"], live["position"] = cursor[3], cursor[4]
+                yield {k: v[i] for k, v in cols.items()}
+
+    def _generate_batches(
+        self,
+        sched,
+        stream,
+        role,
+        num_workers,
+        epoch,
+        position,
+        slot,
+        image_dtype=None,
+        ring=None,
+    ):
+        """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
+
+        A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
+        are cut at those places, and a batch is assembled once from its blocks (a short last
+        batch is dropped with drop_last). The result equals ``default_collate`` of the items.
+        """
+        self._configure_decoding()
+        b = self.batch_size
+        pending: list[_Block] = []
+        shared = _in_worker()
+        opts = self.items.options
+        target = _BatchTarget(
+            self.items,
+            b,
+            shared=shared,
+            final=(image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None,
+            ring=self._worker_ring(ring) if ring is not None and shared else None,
+        )
+        blocks = self._blocks(
+            sched, stream, role, num_workers, epoch, position, slot, lambda: b - target.have, target
+        )
+        for block in blocks:
+            if block.size:
+                pending.append(block)
+                target.have += block.size
+            have = target.have
+            if have == b or (have and not block.size and not self.drop_last):
+                last = pending[-1].cursor[-1].tolist()
+                self._live["epoch"], self._live["position"] = last[3], last[4]
+                skipped = [r for blk in pending for r in blk.skipped]
+                cols = _assemble(pending, self._empty_columns)
+                direct = target.take(pending)
+                if direct:  # cameras first, as in an item
+                    cols = {**direct, **{k: v for k, v in cols.items() if k not in direct}}
+                with _torch_threads():
+                    batch = self.items.finish(cols, image_dtype=image_dtype, shared=shared)
+                if skipped:
+                    batch[SKIPPED_KEY] = skipped
+                if target.ticket is not None:
+                    batch[RELEASE_KEY] = target.ticket
+                pending = []
+                yield batch
+
+    def _worker_ring(self, flags: torch.Tensor):
+        """(the loader's flag table, this worker's row, this process's buffers for it)."""
+        info = get_worker_info()
+        bufs = self._ring.setdefault(flags.data_ptr(), {})
+        return flags, info.id if info is not None else 0, bufs
+
+    def _empty_columns(self) -> dict[str, np.ndarray]:
+        """Zero-row numpy columns (a batch whose frames were all skipped), from a good frame."""
+        for e in self.episodes:
+            with contextlib.suppress(*SKIP_ERRORS):
+                with self.items.episode_reader(e, 0, 1) as r:
+                    return {k: v[:0] for k, v in r.raw(range(1)).items()}
+        return {}
+
+    def _blocks(self, sched, stream, role, num_workers, epoch, position, slot, room, into=None):
+        """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
+
+        ``room()`` is the largest block the consumer wants next (blocks never cross it);
+        ``into`` (a :class:`_BatchTarget`) takes the cameras' frames straight into its buffers.
+        ``sched`` is a :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after an
+        elastic resume, then the schedule's epochs) or a plain :class:`Schedule`.
+        """
+        layout = sched if isinstance(sched, Layout) else Layout(sched)
+        while True:
+            slot[0] = epoch + 1
+            if position < layout.length(epoch, stream):
+                for group, offset in layout.iter_groups(epoch, stream, position):
+                    yield from self._read_group(group, offset, role, num_workers, epoch, room, into)
+            if not self.infinite:
+                yield _Block(0, [], np.zeros((0, 5), dtype=np.int64))
+                return
+            epoch, position = epoch + 1, 0
+
+    def _read_group(
+        self, group: Group, offset: int, role: int, num_workers: int, epoch: int, room, into=None
+    ) -> Iterator[_Block]:
+        """Blocks of the group's frames from ``offset`` on (numpy parts, emission order).
+
+        A read that fails with one of :data:`SKIP_ERRORS` raises the same error type with the
+        streamed frames added (``on_error="raise"``), or (``"skip"``) skips the segment from
+        that read on: its remaining frames keep their positions and cursor rows but are
+        neither read nor yielded, and the block carries a skip record. Segments the resume
+        state recorded as skipped are skipped from the recorded frame on without a retry.
+        Assumes a broken file fails at the same read when read again from an earlier frame
+        (block cuts after a resume position are the uninterrupted run's).
+
+        With ``into`` (a :class:`_BatchTarget`), camera frames are decoded into its buffers
+        at the block's positions in the batch (``into()`` gives the buffers and the position of
+        the block's first frame) and left out of the parts.
+        """
+        segs = group.segments
+        k = len(segs)
+        order = group.order
+        nxt = [s.start for s in segs]
+        for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
+            nxt[j] += int(c)
+        skip = self.on_error == "skip"
+        bad = [self._skip_from.get((epoch, s.chunk_id, s.start), s.stop) for s in segs]
+        readers: list[Any] = [None] * k
+        position = group.position + offset
+        most = self.tuning.block_frames * k
+        head = np.array([self.rank, role, num_workers, epoch], dtype=np.int64)
+        try:
+            i = offset
+            while i < len(order):
+                labels = order[i : i + min(most, room())]
+                n = len(labels)
+                parts = []
+                keep: np.ndarray | None = None  # positions of the block that are read
+                events: list[dict[str, Any]] = []
+                for j in np.unique(labels).tolist():
+                    seg = segs[j]
+                    rows = np.flatnonzero(labels == j)
+                    c = len(rows)
+                    good = min(c, max(0, bad[j] - nxt[j]))
+                    if good:
+                        frames = range(nxt[j], nxt[j] + good)
+                        try:
+                            if readers[j] is None:
+                                readers[j] = self.items.episode_reader(
+                                    seg.episode_index, nxt[j], seg.stop
+                                )
+                            dest = None
+                            if into is not None:
+                                bufs, base = into()
+                                at = rows[:good] + base
+                                dest = {cam: (buf, at) for cam, buf in bufs.items()}
+                            raw = readers[j].raw(frames, dest)
+                        except SKIP_ERRORS as exc:
+                            where = (
+                                f"frames {frames.start}..{frames.stop - 1} of episode "
+                                f"{seg.episode_index} (chunk {seg.chunk_id}, epoch {epoch}, "
+                                f"stream position {position + int(rows[0])})"
+                            )
+                            if not skip:
+                                raise _streaming_error(exc, where) from exc
+                            _discard(readers[j])
+                            readers[j], bad[j], good = None, nxt[j], 0
+                            events.append(_skip_record(exc, seg, nxt[j], epoch, self.rank, role))
+                        else:
+                            parts.append((raw, None if good == n else rows[:good]))
+                    if good < c:
+                        if keep is None:
+                            keep = np.ones(n, dtype=bool)
+                        keep[rows[good:]] = False
+                    nxt[j] += c
+                    if nxt[j] >= seg.stop and readers[j] is not None:
+                        readers[j].close()
+                        readers[j] = None
+                kept = None
+                if keep is not None:  # number the read rows 0..kept-1 in block order
+                    renum = np.cumsum(keep) - 1
+                    parts = [(raw, renum[r]) for raw, r in parts]
+                    kept = int(keep.sum())
+                cursor = np.empty((n, 5), dtype=np.int64)
+                cursor[:, :4] = head
+                cursor[:, 4] = np.arange(position + 1, position + n + 1)
+                position += n
+                i += n
+                yield _Block(n, parts, cursor, kept, events, keep)
+        finally:
+            for r in readers:
+                if r is not None:
+                    r.close()
+
+    # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
+    def stream_batches(
+        self,
+        role: int,
+        num_workers: int,
+        epoch: int,
+        position: int,
+        *,
+        image_dtype: str | None = None,
+        log_resume: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """Batches of stream ``role`` of this rank (``num_workers`` workers) from a position.
+
+        The batches :meth:`iter_batches` yields for that stream after it stood at ``(epoch,
+        position)`` (frames of ``epoch`` already delivered), in any process and without
+        touching the shared epoch table: the epoch ends the iterator in epoch mode, epochs
+        follow each other in infinite mode. Used by :class:`robo_resume.mix.MixedDataset`,
+        which decides itself where each source's streams stand. ``log_resume`` logs the
+        stream's ``resume:`` line.
+        """
+        sched = self.schedule(num_workers)
+        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        if log_resume:
+            self._log_resume(Layout(sched).view(epoch, stream), stream, epoch, position)
+        slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
+        return self._generate_batches(
+            sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
+        )
