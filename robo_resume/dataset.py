@@ -53,6 +53,7 @@ from .index.schedule import (
     Group,
     Schedule,
     ScheduleConfig,
+    Segment,
     Topology,
     resume_point,
     worker_batches_done,
@@ -286,20 +287,7 @@ class ChunkedEpisodeDataset(IterableDataset):
                 + (", cut at keyframes" if self.tuning.cut_at_keyframes else ""),
             },
         }
-        self.resume_state = None
-        if resume_state is not None:
-            self.resume_state = ResumeState.from_dict(resume_state)
-            expected = dict(self.fingerprint)
-            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
-                expected["batch_size"] = self.resume_state.batch_size
-            self.resume_state.check_fingerprint(expected, strict=resume_strict)
-        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
-        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
-        # (epoch, chunk, segment start) -> first skipped frame, from the state's skipped chunks
-        self._skip_from: dict[tuple[int, int, int], int] = {}
-        for r in getattr(self.resume_state, "skipped", ()):
-            key = (r["epoch"], r["chunk"], r["start"])
-            self._skip_from[key] = min(r["frame"], self._skip_from.get(key, r["frame"]))
+        self.use_resume_state(resume_state, strict=resume_strict)
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
         # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
@@ -307,6 +295,44 @@ class ChunkedEpisodeDataset(IterableDataset):
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
+
+    def use_resume_state(
+        self, state: Mapping[str, Any] | ResumeState | None, *, strict: bool = True
+    ) -> None:
+        """Resume from ``state`` (what ``resume_state=`` does): parse, check the fingerprint
+        (the batch size may differ: elastic resume) and forget plans made without it.
+
+        For a caller that checks its own state first and hands the dataset its part (the
+        sources of :class:`robo_resume.mix.MixedDataset`); call it before any iteration.
+        """
+        self.resume_state = None
+        if state is not None:
+            self.resume_state = ResumeState.from_dict(state)
+            expected = dict(self.fingerprint)
+            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
+                expected["batch_size"] = self.resume_state.batch_size
+            self.resume_state.check_fingerprint(expected, strict=strict)
+        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
+        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
+        # (epoch, chunk) -> [(segment start, stop, first skipped frame)] of the state's skips
+        self._skip_from: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for r in getattr(self.resume_state, "skipped", ()):
+            self._skip_from.setdefault((r["epoch"], r["chunk"]), []).append(
+                (r["start"], r["stop"], r["frame"])
+            )
+
+    def _skipped_from(self, epoch: int, seg: Segment) -> int:
+        """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
+
+        A record covers frames ``frame .. stop - 1`` of a segment that began at ``start``; a
+        segment of a remainder epoch (elastic resume) is a later piece of such a segment
+        (``start <= seg.start < stop``) and carries the epoch it was left over from.
+        """
+        e = epoch if seg.epoch is None else seg.epoch
+        for start, stop, frame in self._skip_from.get((e, seg.chunk_id), ()):
+            if start <= seg.start < stop:
+                return max(frame, seg.start)
+        return seg.stop
 
     # -- pure parts ----------------------------------------------------------------------------
     def schedule(self, num_workers: int) -> Schedule:
@@ -741,7 +767,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
             nxt[j] += int(c)
         skip = self.on_error == "skip"
-        bad = [self._skip_from.get((epoch, s.chunk_id, s.start), s.stop) for s in segs]
+        bad = [self._skipped_from(epoch, s) for s in segs]
         readers: list[Any] = [None] * k
         position = group.position + offset
         most = self.tuning.block_frames * k
@@ -782,7 +808,10 @@ class ChunkedEpisodeDataset(IterableDataset):
                                 raise _streaming_error(exc, where) from exc
                             _discard(readers[j])
                             readers[j], bad[j], good = None, nxt[j], 0
-                            events.append(_skip_record(exc, seg, nxt[j], epoch, self.rank, role))
+                            skip_epoch = epoch if seg.epoch is None else seg.epoch
+                            events.append(
+                                _skip_record(exc, seg, nxt[j], skip_epoch, self.rank, role)
+                            )
                         else:
                             parts.append((raw, None if good == n else rows[:good]))
                     if good < c:
@@ -914,17 +943,18 @@ class ChunkedEpisodeDataset(IterableDataset):
         The batches :meth:`iter_batches` yields for that stream after it stood at ``(epoch,
         position)`` (frames of ``epoch`` already delivered), in any process and without
         touching the shared epoch table: the epoch ends the iterator in epoch mode, epochs
-        follow each other in infinite mode. Used by :class:`robo_resume.mix.MixedDataset`,
+        follow each other in infinite mode; epochs are those of :meth:`layout` (a remainder
+        epoch after an elastic resume). Used by :class:`robo_resume.mix.MixedDataset`,
         which decides itself where each source's streams stand. ``log_resume`` logs the
         stream's ``resume:`` line.
         """
-        sched = self.schedule(num_workers)
+        layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
-            self._log_resume(sched, stream, epoch, position)
+            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
         slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
         return self._generate_batches(
-            sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
+            layout, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
         )
 
 

@@ -1,0 +1,178 @@
+"""MixedDataset at parity with ChunkedEpisodeDataset: on_error="skip", resume_step, elastic resume,
+the StatefulDataLoader protocol, and skip records carried through an elastic resume.
+
+Exact resume is checked on the sequence of (source, index batch), batch boundaries included,
+nothing sorted; an elastic resume (another topology: a new order by design) is checked by counting
+every frame of every source (Counter equality with what each source's interrupted epochs hold).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+
+import pytest
+
+from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset
+from robo_resume.mix import MixedDataset, MixSource
+
+A_LENGTHS = (23, 41, 17, 30, 9)  # v3.0, 120 frames
+B_LENGTHS = (19, 27, 12, 33)  # one parquet per episode, 91 frames
+BROKEN = 1  # the episode of source 1 whose parquet is cut in half
+
+
+@pytest.fixture(scope="module")
+def roots(factory):
+    a = factory(episode_lengths=A_LENGTHS, num_cameras=0).root
+    b = factory(episode_lengths=B_LENGTHS, num_cameras=0, episodes_per_file=1).root
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def broken(roots, tmp_path_factory):
+    """Source 1 with episode 1's parquet truncated (unreadable: no footer)."""
+    dst = tmp_path_factory.mktemp("broken") / "ds"
+    shutil.copytree(roots[1], dst)
+    path = dst / f"data/chunk-{BROKEN // 2:03d}/file-{BROKEN % 2:03d}.parquet"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return roots[0], dst
+
+
+def make_mix(roots, **kw):
+    a, b = roots
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("chunk_frames", 8)
+    kw.setdefault("seed", 5)
+    return MixedDataset([MixSource(a, 1), MixSource(b, 3)], **kw)
+
+
+def run(mix, *, num_workers, stop_after=None, epochs=1, loader=None):
+    """Consume like a training loop: ``[(source, [index, ...])]``, the tracker, cursor epochs."""
+    tracker = mix.tracker()
+    loader = loader or mix.dataloader(num_workers=num_workers)
+    out, epochs_of = [], []
+    for _ in range(epochs):
+        for batch in loader:
+            epochs_of.append(batch[CURSOR_KEY][:, 3].tolist())
+            clean = tracker.consume(batch)
+            out.append((tracker.last_source, clean["index"].tolist()))
+            if stop_after is not None and len(out) == stop_after:
+                return out, tracker, epochs_of
+    return out, tracker, epochs_of
+
+
+def assert_exact(full, got, what):
+    assert len(got) == len(full), f"{what}: {len(got)} batches, expected {len(full)}"
+    for k, (a, b) in enumerate(zip(got, full, strict=True)):
+        assert a == b, f"{what}: batch {k} is {a}, uninterrupted run had {b}"
+
+
+def state_of(tracker):
+    return json.loads(json.dumps(tracker.state_dict()))
+
+
+def consumed(mix, state, source, num_workers):
+    """Counter of the frames source ``source``'s streams emitted up to the state's cursors (the
+    pure schedule of a run that started at epoch 0 with this topology)."""
+    ds = mix.datasets[source]
+    sched = ds.schedule(num_workers)
+    out = Counter()
+    for rank, role, epoch, position in state["sources"][source]["cursors"]:
+        g = sched.topology.stream_id(rank, role)
+        for e in range(epoch):
+            out.update(sched.frame_indices(e, g).tolist())
+        out.update(sched.frame_indices(epoch, g, 0, position).tolist())
+    return out
+
+
+def frames_of(batches, source):
+    return Counter(i for s, b in batches if s == source for i in b)
+
+
+def episode_indices(root, episode):
+    ds = ChunkedEpisodeDataset(root, batch_size=1)
+    ep = ds.meta.episode(episode)
+    return set(range(ep.dataset_from_index, ep.dataset_from_index + ep.length))
+
+
+def skip_keys(records):
+    return [(r["source"], r["epoch"], r["chunk"], r["start"], r["frame"]) for r in records]
+
+
+# --------------------------------------------------------------------- (1) on_error="skip"
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_skip_in_a_mix_crash_and_resume_exact(broken, num_workers):
+    """Exactly once per source with skips: every position of a source's streams is consumed
+    once, its frames delivered or (the broken episode's) listed once in the skip records; the
+    mix's batch count does not change, and a crash/resume gives the same batches and skips."""
+
+    def make(**kw):
+        return make_mix(broken, on_error="skip", **kw)
+
+    total = 70  # source 1 (91 frames, 3/4 of the batches) goes round more than twice
+    full, tracker, _ = run(make(), num_workers=num_workers, stop_after=total)
+    assert len(full) == total
+    state = state_of(tracker)
+    bad = episode_indices(broken[1], BROKEN)
+    mix = make()
+    want1 = consumed(mix, state, 1, num_workers)
+    assert frames_of(full, 1) == Counter({i: n for i, n in want1.items() if i not in bad})
+    assert frames_of(full, 0) == consumed(mix, state, 0, num_workers)
+    skipped = tracker.skipped
+    assert skipped and {(r["source"], r["episode"]) for r in skipped} == {(1, BROKEN)}
+    assert state["sources"][1]["skipped"] and not state["sources"][0]["skipped"]
+    assert "source 1" in tracker.skip_report() and "CorruptFileError" in tracker.skip_report()
+    # the 1-based number of the first batch with skipped frames: crash at it and after it
+    first = 1 + next(k for k, (s, b) in enumerate(full) if s == 1 and len(b) < 4)
+    for crash in (first, first + 1, 41):
+        before, t_before, _ = run(make(), num_workers=num_workers, stop_after=crash)
+        resumed = make(resume_state=state_of(t_before))
+        after, t_after, _ = run(resumed, num_workers=num_workers, stop_after=total - crash)
+        assert_exact(full, before + after, f"skip W={num_workers} crash={crash}")
+        assert skip_keys(t_after.skipped) == skip_keys(skipped), crash  # none twice, none lost
+
+
+def test_on_error_is_checked_for_a_mix(roots):
+    with pytest.raises(ValueError, match=r"Unknown on_error.*'raise' or 'skip'.*Found ignore"):
+        make_mix(roots, on_error="ignore")
+
+
+# ------------------------------------------------------------------------- (2) resume_step
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("num_workers", "exhausted"), [(0, "cycle"), (2, "cycle"), (0, "stop"), (2, "stop")]
+)
+def test_resume_step_equals_the_tracker_state(roots, num_workers, exhausted):
+    kw = dict(exhausted=exhausted, drop_last=num_workers == 2)
+    epochs = 2 if exhausted == "stop" else 1
+    stop = None if exhausted == "stop" else 50
+    full, _, _ = run(make_mix(roots, **kw), num_workers=num_workers, epochs=epochs, stop_after=stop)
+    per_epoch = make_mix(roots, **kw).batches_per_epoch(num_workers) or 10**9
+    for s in (3, per_epoch + 1 if exhausted == "stop" else 33):
+        _, t, _ = run(make_mix(roots, **kw), num_workers=num_workers, epochs=2, stop_after=s)
+        by_step = make_mix(roots, resume_step=s * 4, **kw)
+        by_state = make_mix(roots, resume_state=state_of(t), **kw)
+        assert by_step.start_point(num_workers) == by_state.start_point(num_workers)
+        left = epochs - (s >= per_epoch)
+        rest = None if stop is None else stop - s
+        after, _, _ = run(by_step, num_workers=num_workers, epochs=left, stop_after=rest)
+        assert_exact(full, full[:s] + after, f"resume_step W={num_workers} {exhausted} s={s}")
+
+
+def test_resume_step_refusals(roots, broken):
+    with pytest.raises(
+        ValueError,
+        match=r"resume_step must be a non-negative multiple of batch_size.*Expected step \* "
+        r"batch_size \(a multiple of 4\).*Found 6.*Fix: pass resume_step=step \* batch_size",
+    ):
+        make_mix(roots, resume_step=6)
+    with pytest.raises(
+        ValueError, match=r"cannot be exact with on_error='skip'.*Fix: resume from the tracker"
+    ):
+        make_mix(broken, resume_step=8, on_error="skip")
+    _, t, _ = run(make_mix(roots), num_workers=0, stop_after=2)
+    with pytest.raises(ValueError, match=r"Pass resume_step or resume_state, not both"):
+        make_mix(roots, resume_step=8, resume_state=state_of(t))
