@@ -30,7 +30,35 @@ Design (one concept per layer, as in the rest of the package):
   :class:`~robo_resume.state.ResumeState` (one cursor per stream: where that source stands).
   On resume each source stream continues from its recorded cursor; the cursors are checked
   against the arithmetic (prefix counts at the mix position), so a state that does not fit is
-  refused instead of replaying or losing frames.
+  refused instead of replaying or losing frames. :class:`MixTracker` keeps one
+  :class:`~robo_resume.tracker.CursorTracker` per source (its cursor checks, skip records and
+  state), plus each role's mix position.
+- **Elastic resume** (another ``num_workers``, world size or batch size than the state's). Each
+  source hands its own state, with every stream's cursor put where the mix arithmetic says it
+  stands, to its dataset's elastic machinery (:mod:`robo_resume.index.elastic`): what each source's
+  interrupted epoch(s) have left becomes that source's *remainder epoch* over the new topology.
+  The mix position after the hop: every new role starts at batch ``j = 0`` of a fresh mix
+  epoch, and each source's streams start at their remainder epoch (``MixState.source_starts``
+  records where). With ``"cycle"`` the mix epoch label goes up by one at each hop (it only seeds
+  the mix order): every frame each source had left in its interrupted epochs is delivered
+  exactly once, then the sources' normal epochs of the new topology follow. With ``"stop"`` the
+  interrupted mix epoch ``e`` keeps its label: it continues on what every source has left of
+  its epoch ``e`` until the first source runs out in some stream (as any ``"stop"`` epoch: no
+  frame twice, the other sources' rest is the epoch's unused tail); the next ``iter()`` is
+  epoch ``e + 1`` of the new topology. A hop is refused (by the source's own checks) when the
+  state lacks some rank's positions, or the leftover cannot be split exactly into equal batch
+  counts per rank (see :mod:`robo_resume.index.elastic`).
+- **resume_step** (``batches * batch_size`` this rank consumed since the start of the run, the
+  topology and batch size unchanged) is turned into the same start as the tracker's state:
+  the DataLoader's round-robin per mix epoch, and per source the prefix counts of the mix
+  order. It cannot know which chunks ``on_error="skip"`` skipped, so it is refused there.
+- **Skipped chunks** (``on_error="skip"``, passed to every source): a chunk whose files fail is
+  skipped in its source's stream from the failing read on; its frames keep their positions, so
+  the mix's batches and positions are unchanged (a batch may hold fewer frames, even none).
+  Exactly once per source then means: every position of the source's streams is consumed once,
+  its frame delivered in a batch or (if unreadable) listed once in that source's skip records
+  (``MixTracker.skipped``, saved in the source's nested state, skipped again without a retry
+  after a resume, elastic or not).
 - **Changed weights** (or period, exhausted, sources, keys) are refused with
   :class:`~robo_resume.errors.ResumeStateError`: the mix position only says how many batches each
   source gave under the weights it was recorded with. To change the mix, start a new run.
@@ -164,10 +192,17 @@ class MixedDataset(IterableDataset):
             or "stop" (each ``iter()`` is one mix epoch, ended by the first source to run out).
         period: batches per mixing round (see the module docstring); None: ``sum/gcd`` of
             integral weights, else 100.
-        resume_state: a :meth:`MixTracker.state_dict`; resume_strict as for one dataset.
+        resume_step: ``batches * batch_size`` this rank consumed since the run started, with
+            the same topology and batch size (arithmetic start; see the module docstring).
+        resume_state: a :meth:`MixTracker.state_dict` (it may come from another topology or
+            batch size: elastic resume); resume_strict as for one dataset.
         chunk_frames, tuning: defaults for every source.
         delta_timestamps: in the mix's feature names.
         image_transforms, image_dtype: as in :class:`ChunkedEpisodeDataset`.
+        on_error: "raise" or "skip", passed to every source (see the module docstring).
+
+    Also speaks torchdata's StatefulDataLoader protocol (:meth:`state_dict` /
+    :meth:`load_state_dict`, with ``batch_size=None``: the mix yields whole batches).
     """
 
     def __init__(

@@ -8,13 +8,15 @@ every frame of every source (Counter equality with what each source's interrupte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections import Counter
 
 import pytest
 
-from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset
+from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, ResumeStateError
+from robo_resume.index.schedule import Topology
 from robo_resume.mix import MixedDataset, MixSource
 
 A_LENGTHS = (23, 41, 17, 30, 9)  # v3.0, 120 frames
@@ -176,3 +178,94 @@ def test_resume_step_refusals(roots, broken):
     _, t, _ = run(make_mix(roots), num_workers=0, stop_after=2)
     with pytest.raises(ValueError, match=r"Pass resume_step or resume_state, not both"):
         make_mix(roots, resume_step=8, resume_state=state_of(t))
+
+
+# -------------------------------------------------------------------------- (3) elastic
+def epochs_through(mix, state, source, through):
+    """Counter of every frame source ``source``'s old streams emit in epochs ``0..through``."""
+    ds = mix.datasets[source]
+    st = state["sources"][source]
+    sched = ds.schedule(state["num_workers"])
+    sched = type(sched)(
+        sched.chunks,
+        dataclasses.replace(sched.config, batch_size=state["fingerprint"]["batch_size"]),
+        Topology(state["world_size"], state["num_workers"]),
+    )
+    out = Counter()
+    for g in range(sched.topology.num_streams):
+        for e in range(through + 1):
+            out.update(sched.frame_indices(e, g).tolist())
+    assert len(st["cursors"]) == sched.topology.num_streams
+    return out
+
+
+def rows(batches, epochs_of, source, keep):
+    """Counter of the frames of ``source`` whose cursor epoch satisfies ``keep``."""
+    out = Counter()
+    for (s, b), es in zip(batches, epochs_of, strict=True):
+        if s == source:
+            out.update(i for i, e in zip(b, es, strict=True) if keep(e))
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("w0", "b0", "w1", "b1"), [(2, 4, 0, 4), (0, 4, 3, 4), (2, 4, 1, 6)])
+def test_elastic_cycle_completes_every_source_once(roots, w0, b0, w1, b1):
+    """Another num_workers (and batch size): each source's interrupted epochs (its streams
+    stand in different epochs) are completed exactly once by its remainder epoch, then normal
+    epochs of the new topology follow; a crash inside the remainder resumes in order."""
+    before, t0, _ = run(make_mix(roots, batch_size=b0), num_workers=w0, stop_after=37)
+    state = state_of(t0)
+    mix = make_mix(roots, batch_size=b1, resume_state=state)
+    starts = mix.level(w1).starts
+    assert mix.start_point(w1)[1][0][0] == 1  # a new mix epoch: the mix order starts over
+    after, _, epochs_of = run(mix, num_workers=w1, stop_after=200)
+    for i in (0, 1):
+        x = max(c[2] for c in state["sources"][i]["cursors"])
+        assert starts[i] == x  # the remainder epoch is labelled with the newest old epoch
+        want = epochs_through(mix, state, i, x)
+        got = frames_of(before, i) + rows(after, epochs_of, i, lambda e, x=x: e <= x)
+        assert got == want, f"source {i}: the interrupted epochs are not completed once"
+        assert rows(after, epochs_of, i, lambda e, x=x: e > x)  # then normal epochs
+    # a crash inside the remainder epoch, resumed with the same topology: the same batches
+    mid, t2, _ = run(
+        make_mix(roots, batch_size=b1, resume_state=state), num_workers=w1, stop_after=9
+    )
+    s2 = state_of(t2)
+    assert s2["sources"][1]["elastic"] is not None
+    rest, _, _ = run(
+        make_mix(roots, batch_size=b1, resume_state=s2), num_workers=w1, stop_after=191
+    )
+    assert_exact(after, mid + rest, f"remainder crash {w0}->{w1}")
+
+
+@pytest.mark.timeout(60)
+def test_elastic_stop_finishes_the_mix_epoch_once(roots):
+    """ "stop": the remainder mix epoch runs on what each source has left until the first
+    source runs out (no frame twice); the next iteration is the new topology's next epoch."""
+    kw = dict(exhausted="stop")
+    before, t0, _ = run(make_mix(roots, **kw), num_workers=2, stop_after=13)
+    state = state_of(t0)
+    assert {c[2] for c in state["mix"]} == {0}
+    mix = make_mix(roots, resume_state=state, **kw)
+    loader = mix.dataloader(num_workers=1, persistent_workers=True)
+    n = len(loader)
+    after, _, ep1 = run(mix, num_workers=1, epochs=2, loader=loader)
+    for i in (0, 1):
+        got = frames_of(before, i) + rows(after[:n], ep1[:n], i, lambda e: e == 0)
+        assert max(got.values()) == 1, f"source {i}: a frame twice in the interrupted epoch"
+        assert not got - epochs_through(mix, state, i, 0)
+        assert not rows(after[:n], ep1[:n], i, lambda e: e != 0)
+    fresh, _, _ = run(make_mix(roots, **kw), num_workers=1, epochs=2)
+    per = make_mix(roots, **kw).batches_per_epoch(1)
+    assert after[n:] == fresh[per:], "the next epoch differs from the new topology's epoch 1"
+
+
+def test_elastic_mix_refusals(roots):
+    """A state of one rank alone cannot be re-partitioned (the other rank's leftover is
+    unknown): the sources' elastic machinery refuses it, naming the fix."""
+    mix = make_mix(roots, rank=0, world_size=2)
+    _, t, _ = run(mix, num_workers=0, stop_after=3)
+    state = state_of(t)
+    with pytest.raises(ResumeStateError, match=r"lacks cursors of some ranks.*\[1\]"):
+        make_mix(roots, resume_state=state).start_point(0)
