@@ -680,6 +680,10 @@ class MixedDataset(IterableDataset):
             positions = [(epoch, 0)] * len(self.sources)
         slot[1] = 1
         slot[0] = epoch + 1
+        # now, not at the first batch: a StatefulDataLoader snapshots a worker before it yields
+        self._live.update(
+            role=role, num_workers=num_workers, epoch=epoch, j=j, sources=list(positions)
+        )
         return self._generate(role, num_workers, epoch, j, positions, resumed, image_dtype)
 
     def _generate(self, role, num_workers, epoch, j, positions, resumed, image_dtype):
@@ -687,7 +691,6 @@ class MixedDataset(IterableDataset):
         stop = self.epoch_batches(epoch, num_workers)
         positions = list(positions)
         live = self._live
-        live.update(role=role, num_workers=num_workers, epoch=epoch, j=j, sources=positions)
         gens: dict[int, Any] = {}
         while stop is None or j < stop:
             i = self.source_at(epoch, g, j)
@@ -758,15 +761,20 @@ class MixedDataset(IterableDataset):
         lv = self.level(nw)
         g = lv.topology.stream_id(self.rank, role)
         recorded = [StreamCursor(self.rank, role, e, p) for e, p in sources]
-        if len(sources) != len(self.sources) or lv.source_positions(
-            epoch, g, j, recorded, role=role
-        ) != [max(p, (epoch, 0)) if not self.infinite else p for p in sources]:
+        try:
+            fits = len(sources) == len(self.sources) and lv.source_positions(
+                epoch, g, j, recorded, role=role
+            ) == [max(p, (epoch, 0)) if not self.infinite else p for p in sources]
+            why = ""
+        except ResumeStateError as exc:
+            fits, why = False, f" ({str(exc).split('. Fix:')[0]})"
+        if not fits:
             raise ResumeStateError(
                 describe(
                     "The mix dataset state does not fit this mix",
                     expected=f"{len(self.sources)} source positions matching mix batch {j} of "
                     f"epoch {epoch}",
-                    found=sources,
+                    found=f"{sources}{why}",
                     fix="load the state into the same mix, topology and batch size it was saved "
                     "with (for another topology resume from MixTracker.state_dict())",
                 )

@@ -269,3 +269,52 @@ def test_elastic_mix_refusals(roots):
     state = state_of(t)
     with pytest.raises(ResumeStateError, match=r"lacks cursors of some ranks.*\[1\]"):
         make_mix(roots, resume_state=state).start_point(0)
+
+
+# ----------------------------------------------------------- (4) StatefulDataLoader protocol
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_crash_and_resume_exact(roots, num_workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from robo_resume import worker_context
+    from robo_resume.mix import MIX_KEY
+
+    def loader(**kw):
+        ctx = dict(multiprocessing_context=worker_context()) if num_workers else {}
+        mix = make_mix(roots, exhausted="stop", **kw)  # whole batches: batch_size=None
+        return StatefulDataLoader(mix, batch_size=None, num_workers=num_workers, **ctx)
+
+    def key(b):
+        return int(b[MIX_KEY][5]), b["index"].tolist()
+
+    full = [key(b) for b in loader()]
+    for s in (1, 6, 7):
+        first = loader()
+        before = []
+        for b in first:
+            before.append(key(b))
+            if len(before) == s:
+                sd = first.state_dict()
+                break
+        sd = json.loads(json.dumps(sd, default=lambda o: o.tolist()))
+        second = loader()
+        second.load_state_dict(sd)
+        after = [key(b) for b in second]
+        assert_exact(full, before + after, f"StatefulDataLoader W={num_workers} s={s}")
+
+
+def test_mix_load_state_dict_refuses_a_state_that_does_not_fit(roots):
+    mix = make_mix(roots)
+    it = mix.iter_batches()
+    for _ in range(5):
+        next(it)
+    sd = mix.state_dict()
+    assert sd["j"] == 5 and len(sd["sources"]) == 2
+    bad = {**sd, "sources": [[0, 0], [0, 0]]}
+    with pytest.raises(
+        ResumeStateError, match=r"does not fit this mix.*Fix: load the state into the same mix"
+    ):
+        make_mix(roots).load_state_dict(bad)
+    with pytest.raises(ResumeStateError, match=r"Invalid mix dataset state.*keys"):
+        make_mix(roots).load_state_dict({"rank": 0})
