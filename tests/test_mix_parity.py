@@ -318,3 +318,84 @@ def test_mix_load_state_dict_refuses_a_state_that_does_not_fit(roots):
         make_mix(roots).load_state_dict(bad)
     with pytest.raises(ResumeStateError, match=r"Invalid mix dataset state.*keys"):
         make_mix(roots).load_state_dict({"rank": 0})
+
+
+# ------------------------------------------- (6) skip records through an elastic resume
+def skipped_once(records, epoch, first, want):
+    """The skip records of ``epoch`` cover ``want`` (the broken episode's frames the epoch
+    emits; ``first`` = its first index), each frame exactly once: a chunk retried after the
+    hop would be recorded a second time (overlapping ranges)."""
+    frames = Counter()
+    for r in records:
+        if r["epoch"] == epoch:
+            assert r["episode"] == BROKEN, r
+            frames.update(first + f for f in range(r["frame"], r["stop"]))
+    assert frames and max(frames.values()) == 1, f"epoch {epoch}: a frame recorded twice"
+    assert set(frames) == want, f"epoch {epoch}: skipped frames differ"
+
+
+def epoch_counter(ds, world_size, num_workers, batch_size, epoch):
+    """Counter of the frames every stream of a topology emits in ``epoch`` (pure schedule)."""
+    sched = ds.schedule(0)
+    config = dataclasses.replace(sched.config, batch_size=batch_size)
+    sched = type(sched)(sched.chunks, config, Topology(world_size, num_workers))
+    return Counter(
+        i for g in range(sched.topology.num_streams) for i in sched.frame_indices(epoch, g).tolist()
+    )
+
+
+@pytest.mark.timeout(60)
+def test_skip_records_survive_an_elastic_resume_single_dataset(broken):
+    """2 workers -> 0: chunks skipped before the hop are neither retried nor recorded again
+    after it, and every readable frame of the interrupted epoch is delivered exactly once."""
+    root = broken[1]
+
+    def make(**kw):
+        kw = dict(batch_size=4, chunk_frames=8, seed=2, on_error="skip", **kw)
+        return ChunkedEpisodeDataset(root, **kw)
+
+    ds = make()
+    tracker, before = ds.tracker(), []
+    for batch in ds.dataloader(num_workers=2):
+        before.extend(tracker.consume(batch)["index"].tolist())
+        if tracker.skipped and len(before) >= 12:
+            break
+    state = json.loads(json.dumps(tracker.state_dict()))
+    carried = [dict(r) for r in state["skipped"]]
+    assert carried, "the crash should come after a skip"
+    resumed = make(resume_state=state)
+    t2, after = resumed.tracker(), []
+    for batch in resumed.dataloader(num_workers=0):
+        after.extend(t2.consume(batch)["index"].tolist())
+    assert resumed.layout(0).remainder is not None  # an elastic hop, not a plain resume
+    bad = episode_indices(root, BROKEN)
+    epoch0 = epoch_counter(ds, 1, 2, 4, 0)
+    assert Counter(before + after) == Counter({i: n for i, n in epoch0.items() if i not in bad})
+    assert [dict(r) for r in t2.skipped[: len(carried)]] == carried  # known after the hop
+    skipped_once(t2.skipped, 0, min(bad), bad & set(epoch0))
+
+
+@pytest.mark.timeout(60)
+def test_skip_records_survive_an_elastic_resume_mix(broken):
+    """The same in a mix ("cycle", 2 workers -> 0): the broken source's remainder completes its
+    interrupted epochs once, its carried skips are neither retried nor recorded again."""
+    before, t0, _ = run(make_mix(broken, on_error="skip"), num_workers=2, stop_after=37)
+    state = state_of(t0)
+    carried = state["sources"][1]["skipped"]
+    assert carried
+    mix = make_mix(broken, on_error="skip", resume_state=state)
+    after, t1, _ = run(mix, num_workers=0, stop_after=200)
+    x = max(c[2] for c in state["sources"][1]["cursors"])
+    bad = episode_indices(broken[1], BROKEN)
+    want = epochs_through(mix, state, 1, x)
+    want = Counter({i: n for i, n in want.items() if i not in bad})
+    # the source's first frames after the hop are its remainder's (then epoch x + 1 follows)
+    flat = [i for s, b in after if s == 1 for i in b]
+    prefix = flat[: want.total() - frames_of(before, 1).total()]
+    assert frames_of(before, 1) + Counter(prefix) == want
+    records = [{k: v for k, v in r.items() if k != "source"} for r in t1.skipped]
+    assert records[: len(carried)] == carried  # known after the hop
+    assert all(r["source"] == 1 for r in t1.skipped)
+    for e in range(x + 1):
+        emitted = epoch_counter(mix.datasets[1], 1, 2, 4, e)
+        skipped_once(records, e, min(bad), bad & set(emitted))
