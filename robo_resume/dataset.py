@@ -250,20 +250,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 + (", cut at keyframes" if self.tuning.cut_at_keyframes else ""),
             },
         }
-        self.resume_state = None
-        if resume_state is not None:
-            self.resume_state = ResumeState.from_dict(resume_state)
-            expected = dict(self.fingerprint)
-            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
-                expected["batch_size"] = self.resume_state.batch_size
-            self.resume_state.check_fingerprint(expected, strict=resume_strict)
-        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
-        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
-        # (epoch, chunk, segment start) -> first skipped frame, from the state's skipped chunks
-        self._skip_from: dict[tuple[int, int, int], int] = {}
-        for r in getattr(self.resume_state, "skipped", ()):
-            key = (r["epoch"], r["chunk"], r["start"])
-            self._skip_from[key] = min(r["frame"], self._skip_from.get(key, r["frame"]))
+        self.use_resume_state(resume_state, strict=resume_strict)
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
         # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
@@ -271,6 +258,31 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
+
+    def use_resume_state(
+        self, state: Mapping[str, Any] | ResumeState | None, *, strict: bool = True
+    ) -> None:
+        """Resume from ``state`` (what ``resume_state=`` does): parse, check the fingerprint
+        (the batch size may differ: elastic resume) and forget plans made without it.
+
+        For a caller that checks its own state first and hands the dataset its part (the
+        sources of :class:`robo_resume.mix.MixedDataset`); call it before any iteration.
+        """
+        self.resume_state = None
+        if state is not None:
+            self.resume_state = ResumeState.from_dict(state)
+            expected = dict(self.fingerprint)
+            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
+                expected["batch_size"] = self.resume_state.batch_size
+            self.resume_state.check_fingerprint(expected, strict=strict)
+        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
+        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
+        # (epoch, chunk) -> [(segment start, stop, first skipped frame)] of the state's skips
+        self._skip_from: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for r in getattr(self.resume_state, "skipped", ()):
+            self._skip_from.setdefault((r["epoch"], r["chunk"]), []).append(
+                (r["start"], r["stop"], r["frame"])
+            )
 
     # -- StatefulDataLoader protocol -------------------------------------------------------------
     def state_dict(self) -> dict[str, int]:

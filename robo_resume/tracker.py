@@ -53,8 +53,18 @@ class CursorTracker:
 
     def _init(self, num_workers: int) -> None:
         _, starts, batches = self.dataset.start_point(num_workers)
+        self.start(num_workers, dict(enumerate(starts)), batches)
+
+    def start(self, num_workers: int, cursors: Mapping[int, tuple[int, int]], batches: int) -> None:
+        """Start recording with ``num_workers`` workers, role -> ``(epoch, position)`` cursors
+        and a batch count, instead of the dataset's own :meth:`start_point`.
+
+        For a caller that decides itself where the dataset's streams start (a
+        :class:`~robo_resume.mix.MixedDataset` for each of its sources); call it before the
+        first :meth:`update`.
+        """
         self.num_workers = num_workers
-        self.cursors = dict(enumerate(starts))
+        self.cursors = dict(cursors)
         self.batches = batches
 
     def update(self, batch: Mapping[str, Any]) -> None:
@@ -164,8 +174,14 @@ class CursorTracker:
         """``batches * batch_size``: the arithmetic resume position of this rank."""
         return self.batches * self.dataset.batch_size
 
-    def state(self, *, gather: bool = True) -> ResumeState:
-        """The :class:`ResumeState` (all ranks' cursors when DDP is initialised and gather)."""
+    def state(self, *, gather: bool = True, settle: bool = True) -> ResumeState:
+        """The :class:`ResumeState` (all ranks' cursors when DDP is initialised and gather).
+
+        ``settle`` (epoch mode): once every stream of this rank has finished a remainder
+        epoch, write the cursors as the next epoch's start and drop the elastic chain. A mix
+        passes False: its sources' streams do not finish their epochs together, and the ranks'
+        states must keep one chain to merge.
+        """
         if self.num_workers is None:
             raise ResumeStateError(
                 describe(
@@ -177,7 +193,7 @@ class CursorTracker:
             )
         label, origin = self.dataset.elastic_origin(self.num_workers)
         cursors = dict(self.cursors)
-        if label is not None and not self.dataset.infinite:
+        if label is not None and not self.dataset.infinite and settle:
             # Epoch mode: once every stream has finished the remainder epoch, (label, its
             # length) is (label + 1, 0) and the state no longer needs the elastic chain.
             layout = self.dataset.layout(self.num_workers)

@@ -1,6 +1,7 @@
 """Launched by tests/test_ddp.py with torchrun (2 CPU processes, gloo): one training run.
 
-Writes out/rank{R}.json with the batches (index lists) this rank consumed; with --crash-at it
+Writes out/rank{R}.json with the batches (index lists; with --mix, [source, index list]) this
+rank consumed; with --crash-at it
 saves the gathered resume state (rank 0 writes state.json) and stops, like a killed job.
 """
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, MixedDataset, MixSource
 
 
 def main() -> None:
@@ -24,6 +25,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--crash-at", type=int, default=0)
     p.add_argument("--resume", default=None)
+    p.add_argument("--mix", default=None, help="a second root: train on a 1:3 MixedDataset")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -31,15 +33,27 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     state = json.loads(Path(a.resume).read_text()) if a.resume else None
-    ds = ChunkedEpisodeDataset(
-        a.root, batch_size=a.batch_size, seed=7, chunk_frames=8, resume_state=state
-    )
+    if a.mix:
+        ds = MixedDataset(
+            [MixSource(a.root, 1), MixSource(a.mix, 3)],
+            batch_size=a.batch_size,
+            seed=7,
+            chunk_frames=8,
+            exhausted="stop",
+            resume_state=state,
+        )
+    else:
+        ds = ChunkedEpisodeDataset(
+            a.root, batch_size=a.batch_size, seed=7, chunk_frames=8, resume_state=state
+        )
     assert ds.world_size == 2 and ds.rank == rank, (ds.rank, ds.world_size)
     tracker = ds.tracker()
     loader = ds.dataloader(num_workers=a.num_workers)
     batches = []
     epochs = a.epochs
-    if state is not None:
+    if state is not None and a.mix:
+        epochs -= ds.epochs_started(state, a.num_workers)
+    elif state is not None:
         from robo_resume.audit import epochs_started
 
         epochs -= epochs_started(ds, state, a.num_workers)
@@ -47,7 +61,8 @@ def main() -> None:
     for _ in range(epochs):
         for batch in loader:
             batch = tracker.consume(batch)
-            batches.append(batch["index"].tolist())
+            index = batch["index"].tolist()
+            batches.append([tracker.last_source, index] if a.mix else index)
             if a.crash_at and len(batches) == a.crash_at:
                 saved = tracker.state_dict()  # collective: gathers every rank's cursors
                 if rank == 0:

@@ -51,3 +51,31 @@ def test_ddp_two_ranks_crash_and_resume(factory, tmp_path):
     after, _ = torchrun(tmp_path, "resume", root, "--resume", str(out / "state.json"))
     for rank in range(2):
         assert before[rank] + after[rank] == full[rank], f"rank {rank} resumed order differs"
+
+
+@pytest.mark.timeout(120)
+def test_ddp_mix_two_ranks_crash_and_resume(factory, tmp_path):
+    """A 1:3 MixedDataset under torchrun: MixTracker.state_dict() gathers both ranks' mix
+    positions and every source's cursors into one state, and each rank resumes exactly."""
+    a = factory(episode_lengths=(23, 41, 17, 30, 9, 26), num_cameras=0).root
+    b = factory(version="v2.1", episode_lengths=(19, 27, 12, 33), num_cameras=0).root
+    run = ("--mix", str(b), "--epochs", "1")
+    full, _ = torchrun(tmp_path, "full", a, *run)
+    assert len(full[0]) == len(full[1]) > 4, "ranks must yield the same number of batches"
+    for source in (0, 1):
+        seen = [i for r in full for s, idx in r if s == source for i in idx]
+        assert len(seen) == len(set(seen)), f"source {source}: a frame on two ranks"
+    assert {s for r in full for s, _ in r} == {0, 1}
+    crash = len(full[0]) // 2 + 1
+    before, out = torchrun(tmp_path, "crash", a, *run, "--crash-at", str(crash))
+    assert all(len(r) == crash for r in before)
+    state = json.loads((out / "state.json").read_text())
+    assert state["kind"] == "mix"
+    assert sorted({(m[0], m[1]) for m in state["mix"]}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for src in state["sources"]:
+        assert sorted({c[0] for c in src["cursors"]}) == [0, 1], "a source lacks a rank"
+    after, _ = torchrun(tmp_path, "resume", a, *run, "--resume", str(out / "state.json"))
+    for rank in range(2):
+        assert [tuple(x) for x in before[rank] + after[rank]] == [tuple(x) for x in full[rank]], (
+            f"rank {rank} resumed order differs"
+        )

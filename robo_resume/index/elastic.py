@@ -213,6 +213,7 @@ class Layout:
                                 seg,
                                 start=seg.start + d,
                                 dataset_from_index=seg.dataset_from_index + d,
+                                epoch=e if seg.epoch is None else seg.epoch,
                             )
                         )
         return out

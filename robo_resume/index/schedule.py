@@ -112,13 +112,18 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class Segment:
-    """Frames ``[start, stop)`` of an episode that one stream reads as one piece of a chunk."""
+    """Frames ``[start, stop)`` of an episode that one stream reads as one piece of a chunk.
+
+    ``epoch``: None in an epoch's own schedule; in a remainder epoch (elastic resume), the
+    epoch the piece was left over from (a remainder can hold pieces of several epochs).
+    """
 
     chunk_id: int
     episode_index: int
     start: int
     stop: int
     dataset_from_index: int
+    epoch: int | None = None
 
     @property
     def length(self) -> int:

@@ -7,9 +7,9 @@ weighted sampler's state nests its children's. A mix state of the format before 
 (``format`` ``robo_resume.mix_state``, its own ``version`` 1) is migrated on load, with one INFO
 line; the frames it resumes are the same.
 
-The checks take the mix duck-typed (its ``fingerprint``, ``datasets``, ``rank``, ``world_size``,
-``infinite``, ``sources``, ``batch_size``, ``epoch_batches`` and ``counts_before``), so this
-module imports nothing above the state layer.
+Where each stream starts (the arithmetic over the positions) is the mix's own
+(:mod:`robo_resume.mix`); :meth:`MixState.check` takes the mix duck-typed (its ``fingerprint``
+and ``datasets``), so this module imports nothing above the state layer.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ResumeStateError, describe
-from ..index.schedule import Topology, worker_batches_done
 from .resume import (
     KIND_MIX,
     OLD_MIX_FORMAT,
@@ -73,7 +72,9 @@ class MixState:
         fingerprint: :attr:`MixedDataset.fingerprint` of the run that made it.
         world_size, num_workers, batches: topology and batches this rank consumed.
         mix: ``(rank, role, epoch, j)`` per mix stream: ``j`` batches of ``epoch`` consumed.
-        sources: one :class:`ResumeState` per source (its streams' frame cursors).
+        sources: one :class:`ResumeState` per source (its streams' frame cursors and skips).
+        source_starts: per source, the epoch its streams started the run in (0; after an
+            elastic resume, where the source's re-partition starts). Absent before: zeros.
     """
 
     fingerprint: Mapping[str, Any]
@@ -83,6 +84,30 @@ class MixState:
     mix: tuple[tuple[int, int, int, int], ...]
     sources: tuple[ResumeState, ...]
     library_version: str = field(default_factory=library_version)
+    source_starts: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        starts = tuple(int(x) for x in self.source_starts) or (0,) * len(self.sources)
+        if len(starts) != len(self.sources) or min(starts, default=0) < 0:
+            raise ResumeStateError(
+                describe(
+                    "Invalid mix state field 'source_starts'",
+                    expected=f"one epoch >= 0 per source ({len(self.sources)})",
+                    found=repr(self.source_starts)[:80],
+                    fix="pass the unmodified dict from MixTracker.state_dict()",
+                )
+            )
+        object.__setattr__(self, "source_starts", starts)
+
+    @property
+    def batch_size(self) -> int:
+        """The batch size the positions were recorded with (``fingerprint["batch_size"]``)."""
+        return int(self.fingerprint["batch_size"])
+
+    @property
+    def topology(self) -> tuple[int, int, int]:
+        """``(world_size, num_workers, batch_size)`` of the run that saved the state."""
+        return self.world_size, self.num_workers, self.batch_size
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (same keys at every step)."""
@@ -97,6 +122,7 @@ class MixState:
             "batches": self.batches,
             "mix": [list(m) for m in sorted(self.mix)],
             "sources": [s.to_dict() for s in self.sources],
+            "source_starts": list(self.source_starts),
         }
 
     @classmethod
@@ -150,6 +176,7 @@ class MixState:
                 mix=mix,
                 sources=tuple(ResumeState.from_dict(s) for s in data["sources"]),
                 library_version=str(data.get("library_version", "unknown")),
+                source_starts=tuple(int(x) for x in data.get("source_starts") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ResumeStateError):
@@ -162,10 +189,14 @@ class MixState:
                 )
             ) from exc
 
-    def check(self, mix: MixedDataset, *, strict: bool = True) -> None:
-        """Refuse a state made for another mix (weights, sources, ...) or source options."""
+    def check(self, mix: MixedDataset) -> None:
+        """Refuse a state made for another mix (weights, sources, ...).
+
+        The batch size may differ (elastic resume); each source's own options are checked by
+        its dataset (:meth:`~robo_resume.dataset.ChunkedEpisodeDataset.use_resume_state`).
+        """
         first = ("weights", "sources", "keys", "exhausted", "seed")  # the likely causes first
-        keys = sorted(set(mix.fingerprint) | set(self.fingerprint))
+        keys = sorted((set(mix.fingerprint) | set(self.fingerprint)) - {"batch_size"})
         for key in [k for k in first if k in keys] + [k for k in keys if k not in first]:
             want, got = mix.fingerprint.get(key), self.fingerprint.get(key)
             if want != got:
@@ -186,79 +217,11 @@ class MixState:
                     )
                 )
         if len(self.sources) != len(mix.datasets):
-            raise ResumeStateError(describe("Mix state of another number of sources"))
-        for st, ds in zip(self.sources, mix.datasets, strict=True):
-            st.check_fingerprint(ds.fingerprint, strict=strict)
-
-    def start_point(self, mix: MixedDataset, num_workers: int):
-        """See :meth:`MixedDataset.start_point`; checks the cursors against the arithmetic."""
-        if (self.world_size, self.num_workers) != (mix.world_size, num_workers):
             raise ResumeStateError(
                 describe(
-                    "The mix resume state was recorded with a different topology",
-                    expected=f"world_size={mix.world_size}, num_workers={num_workers} (this run)",
-                    found=f"world_size={self.world_size}, num_workers={self.num_workers}",
-                    fix="resume with the same number of ranks and DataLoader workers",
+                    "The mix state has another number of sources",
+                    expected=f"{len(mix.datasets)} source states",
+                    found=len(self.sources),
+                    fix="pass the unmodified dict from MixTracker.state_dict()",
                 )
             )
-        wp = max(num_workers, 1)
-        mine = {role: (e, j) for rank, role, e, j in self.mix if rank == mix.rank}
-        if sorted(mine) != list(range(wp)):
-            raise ResumeStateError(
-                describe(
-                    "The mix state lacks positions of this rank's streams",
-                    expected=f"roles 0..{wp - 1} of rank {mix.rank}",
-                    found=sorted(mine),
-                )
-            )
-        cur = [mine[r] for r in range(wp)]
-        if not mix.infinite:
-            last = max(e for e, _ in cur)
-            done = mix.epoch_batches(last - 1, num_workers) if last else None
-            cur = [(last, 0) if e == last - 1 and j >= (done or 0) else (e, j) for e, j in cur]
-            if len({e for e, _ in cur}) != 1:
-                raise ResumeStateError(describe("Mix streams stand in different epochs", found=cur))
-            if all(j >= mix.epoch_batches(last, num_workers) for _, j in cur):
-                n = len(mix.sources)
-                return 0, [(last + 1, 0, [(last + 1, 0)] * n) for _ in range(wp)], self.batches
-        total = sum(j for _, j in cur)
-        expect = [worker_batches_done(total, num_workers, r) for r in range(wp)]
-        if [j for _, j in cur] != expect:
-            raise ResumeStateError(
-                describe(
-                    "Mix positions are not a DataLoader round-robin prefix",
-                    expected=f"batches per stream {expect}",
-                    found=[j for _, j in cur],
-                    fix="record batches with MixTracker.consume on every batch, in order",
-                )
-            )
-        topo = Topology(mix.world_size, num_workers)
-        starts = []
-        for role, (e, j) in enumerate(cur):
-            counts = mix.counts_before(e, topo.stream_id(mix.rank, role), j)
-            positions = []
-            for i, (st, ds) in enumerate(zip(self.sources, mix.datasets, strict=True)):
-                c = {x.role: x for x in st.cursors if x.rank == mix.rank}.get(role)
-                q = ds.schedule(num_workers).frames_per_stream
-                want = int(counts[i]) * mix.batch_size
-                if mix.infinite:
-                    ok = c is not None and c.epoch * q + c.position == want
-                    pos = (c.epoch, c.position) if c is not None else (0, 0)
-                elif want == 0:
-                    ok, pos = c is None or (c.epoch, c.position) <= (e, 0), (e, 0)
-                else:
-                    ok = c is not None and (c.epoch, c.position) == (e, min(want, q))
-                    pos = (e, min(want, q))
-                if not ok:
-                    raise ResumeStateError(
-                        describe(
-                            f"Source {i}'s cursor does not match the mix position",
-                            expected=f"role {role}: {want} frames of source {i} consumed at mix "
-                            f"position (epoch {e}, batch {j})",
-                            found=None if c is None else f"epoch {c.epoch}, position {c.position}",
-                            fix="pass the unmodified state from MixTracker.state_dict()",
-                        )
-                    )
-                positions.append(pos)
-            starts.append((e, j, positions))
-        return total % wp, starts, self.batches

@@ -18,6 +18,7 @@ from ..index.elastic import Layout
 from ..index.schedule import (
     Group,
     Schedule,
+    Segment,
     Topology,
 )
 from ..keys import RELEASE_KEY, SKIPPED_KEY
@@ -262,7 +263,7 @@ class _Reading:
         for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
             nxt[j] += int(c)
         skip = self.on_error == "skip"
-        bad = [self._skip_from.get((epoch, s.chunk_id, s.start), s.stop) for s in segs]
+        bad = [self._skipped_from(epoch, s) for s in segs]
         readers: list[Any] = [None] * k
         position = group.position + offset
         most = self.tuning.block_frames * k
@@ -303,7 +304,10 @@ class _Reading:
                                 raise _streaming_error(exc, where) from exc
                             _discard(readers[j])
                             readers[j], bad[j], good = None, nxt[j], 0
-                            events.append(_skip_record(exc, seg, nxt[j], epoch, self.rank, role))
+                            skip_epoch = epoch if seg.epoch is None else seg.epoch
+                            events.append(
+                                _skip_record(exc, seg, nxt[j], skip_epoch, self.rank, role)
+                            )
                         else:
                             parts.append((raw, None if good == n else rows[:good]))
                     if good < c:
@@ -330,6 +334,19 @@ class _Reading:
                 if r is not None:
                     r.close()
 
+    def _skipped_from(self, epoch: int, seg: Segment) -> int:
+        """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
+
+        A record covers frames ``frame .. stop - 1`` of a segment that began at ``start``; a
+        segment of a remainder epoch (elastic resume) is a later piece of such a segment
+        (``start <= seg.start < stop``) and carries the epoch it was left over from.
+        """
+        e = epoch if seg.epoch is None else seg.epoch
+        for start, stop, frame in self._skip_from.get((e, seg.chunk_id), ()):
+            if start <= seg.start < stop:
+                return max(frame, seg.start)
+        return seg.stop
+
     # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
     def stream_batches(
         self,
@@ -346,15 +363,16 @@ class _Reading:
         The batches :meth:`iter_batches` yields for that stream after it stood at ``(epoch,
         position)`` (frames of ``epoch`` already delivered), in any process and without
         touching the shared epoch table: the epoch ends the iterator in epoch mode, epochs
-        follow each other in infinite mode. Used by :class:`robo_resume.mix.MixedDataset`,
+        follow each other in infinite mode; epochs are those of :meth:`layout` (a remainder
+        epoch after an elastic resume). Used by :class:`robo_resume.mix.MixedDataset`,
         which decides itself where each source's streams stand. ``log_resume`` logs the
         stream's ``resume:`` line.
         """
-        sched = self.schedule(num_workers)
+        layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
-            self._log_resume(Layout(sched).view(epoch, stream), stream, epoch, position)
+            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
         slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
         return self._generate_batches(
-            sched, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
+            layout, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
         )
