@@ -62,6 +62,7 @@ from .stream.blocks import (
     _streaming_error,
     _torch_threads,
 )
+from .stream.lifetime import bind_to_trainer
 from .stream.loader import BatchLoader, _Batches
 from .stream.startup import _resolve_rank, worker_context
 from .stream.tuning import ON_ERROR, SKIP_ERRORS, StreamTuning
@@ -561,6 +562,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         return self._generate_batches(*self._start_stream(), image_dtype=image_dtype, ring=ring)
 
     def _start_stream(self):
+        bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
         info = get_worker_info()
         num_workers = info.num_workers if info is not None else 0
         worker = info.id if info is not None else 0
@@ -924,6 +926,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         which decides itself where each source's streams stand. ``log_resume`` logs the
         stream's ``resume:`` line.
         """
+        bind_to_trainer()
         sched = self.schedule(num_workers)
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
