@@ -1,7 +1,10 @@
 """Using torchdata's StatefulDataLoader instead of the tracker.
 
-ChunkedEpisodeDataset implements ``state_dict()`` / ``load_state_dict()``, so StatefulDataLoader
-saves and restores each worker's stream position itself (and the worker round-robin order).
+``ds.dataloader(stateful=True)`` is a StatefulDataLoader over whole batches (as fast as
+``ds.dataloader()``): it saves and restores each worker's stream position itself (and the worker
+round-robin order), and ``load_state_dict()`` refuses a state of another dataset, selection,
+seed or ``num_workers`` with a ResumeStateError. ``StatefulDataLoader(ds, batch_size=8)`` works
+too, about 3x slower (it collates item by item).
 
     python examples/stateful_dataloader.py
 """
@@ -9,8 +12,6 @@ saves and restores each worker's stream position itself (and the worker round-ro
 from __future__ import annotations
 
 import tempfile
-
-from torchdata.stateful_dataloader import StatefulDataLoader
 
 from robo_resume import ChunkedEpisodeDataset, make_dataset, worker_context
 
@@ -24,9 +25,7 @@ def main() -> None:
         ds = ChunkedEpisodeDataset(root, batch_size=8, seed=0, chunk_frames=16)
         # any start method works (README "Worker start methods"); a forkserver that preloads
         # torch, robo_resume and pyarrow is shown here
-        return StatefulDataLoader(
-            ds, batch_size=8, num_workers=2, multiprocessing_context=worker_context()
-        )
+        return ds.dataloader(num_workers=2, stateful=True, multiprocessing_context=worker_context())
 
     full = [b["index"].tolist() for b in loader()]
     first = loader()

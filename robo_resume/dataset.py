@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from .errors import (
     ResumeStateError,
@@ -44,6 +44,7 @@ from .items import ItemBuilder, ItemOptions
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .splits import EpisodeSelection, select_episodes
 from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState
+from .state.stream_state import check_stream_state, stream_state
 from .stream.loader import BatchLoader, _Batches
 from .stream.positions import _Positions
 from .stream.reading import _Reading
@@ -285,31 +286,44 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             )
 
     # -- StatefulDataLoader protocol -------------------------------------------------------------
-    def state_dict(self) -> dict[str, int]:
-        """This stream's position (what it has yielded), for torchdata's StatefulDataLoader."""
-        return dict(self._live)
+    def state_dict(self) -> dict[str, Any]:
+        """This stream's position (what it has yielded), for torchdata's StatefulDataLoader.
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Continue from a :meth:`state_dict` in the next ``iter()`` (StatefulDataLoader hook)."""
-        need = ("rank", "role", "num_workers", "epoch", "position")
-        if any(k not in state for k in need):
-            raise ResumeStateError(
-                describe("Invalid dataset state", expected=f"keys {need}", found=sorted(state))
-            )
-        if int(state["rank"]) != self.rank:
-            raise ResumeStateError(
-                describe(
-                    "Dataset state of another rank",
-                    expected=f"rank {self.rank}",
-                    found=f"rank {state['rank']}",
-                )
-            )
-        self._loaded = {k: int(state[k]) for k in need}
+        Carries the dataset fingerprint and topology of a ``resume_state``
+        (:func:`robo_resume.state.stream_state.stream_state`), so :meth:`load_state_dict`
+        refuses a state of another dataset, selection, seed or topology.
+        """
+        return stream_state(self._live, self.fingerprint, self.world_size)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` in the next ``iter()`` (StatefulDataLoader hook).
+
+        Checked first (:func:`robo_resume.state.stream_state.check_stream_state`): another
+        dataset, episode selection, plan, seed or batch size raises the
+        :class:`~robo_resume.errors.ResumeStateError` that ``resume_state=`` raises; another
+        ``num_workers`` or world size raises one that names both topologies and how to resume
+        elastically (with :meth:`tracker` and ``resume_state=``).
+        """
+        info = get_worker_info()
+        self._loaded = check_stream_state(
+            state,
+            self.fingerprint,
+            rank=self.rank,
+            world_size=self.world_size,
+            num_workers=info.num_workers if info is not None else 0,
+        )
         self._live.update(self._loaded)
 
     # -- helpers -------------------------------------------------------------------------------
-    def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
+    def dataloader(
+        self, *, num_workers: int = 0, stateful: bool = False, **kwargs: Any
+    ) -> torch.utils.data.DataLoader:
         """A DataLoader (:class:`BatchLoader`) yielding this dataset's batches.
+
+        ``stateful=True`` returns a torchdata ``StatefulDataLoader`` over the same whole
+        batches instead (:class:`robo_resume.stream.stateful.StatefulBatchLoader`): save its
+        ``state_dict()`` in the checkpoint, and its ``load_state_dict()`` refuses a state of
+        another dataset, selection, seed or topology with a ResumeStateError. Needs torchdata.
 
         The batches are what ``DataLoader(self, batch_size=self.batch_size,
         drop_last=self.drop_last)`` would yield, built whole in the workers (see
@@ -356,6 +370,16 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             and not kwargs.get("pin_memory", False)
         ):
             float_keys = self.meta.visual_keys  # video and image features
+        if stateful:
+            # torchdata is optional: imported only for the loader that needs it
+            from .stream.stateful import StatefulBatchLoader
+
+            return StatefulBatchLoader(
+                _Batches(self, "uint8" if float_keys else None),
+                float_keys=float_keys,
+                num_workers=num_workers,
+                **kwargs,
+            )
         return BatchLoader(
             _Batches(self, "uint8" if float_keys else None),
             float_keys=float_keys,

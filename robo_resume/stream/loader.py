@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,6 +39,14 @@ class _Batches(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.dataset.iter_batches(image_dtype=self.image_dtype, ring=self.ring_flags)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset's stream state (StatefulDataLoader protocol)."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load the dataset's stream state (StatefulDataLoader protocol)."""
+        self.dataset.load_state_dict(state)
 
 
 class BatchLoader(torch.utils.data.DataLoader):

@@ -33,6 +33,7 @@ from ..stream.blocks import (
     _streaming_error,
     _torch_threads,
 )
+from ..stream.lifetime import bind_to_trainer
 from ..stream.tuning import SKIP_ERRORS
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
@@ -78,6 +79,7 @@ class _Reading:
         return self._generate_batches(*self._start_stream(), image_dtype=image_dtype, ring=ring)
 
     def _start_stream(self):
+        bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
         info = get_worker_info()
         num_workers = info.num_workers if info is not None else 0
         worker = info.id if info is not None else 0
@@ -368,6 +370,7 @@ class _Reading:
         which decides itself where each source's streams stand. ``log_resume`` logs the
         stream's ``resume:`` line.
         """
+        bind_to_trainer()
         layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
