@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -24,9 +24,6 @@ from .errors import ResumeStateError, describe
 from .index.schedule import Topology
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .state.resume import ResumeState, StreamCursor
-
-if TYPE_CHECKING:  # annotations only: the tracker takes any dataset with these methods
-    from .dataset import ChunkedEpisodeDataset
 
 __all__ = ["CursorTracker"]
 
@@ -41,7 +38,7 @@ class CursorTracker:
     ``state_dict()`` is a collective: every rank must call it (it gathers all ranks' cursors).
     """
 
-    def __init__(self, dataset: ChunkedEpisodeDataset) -> None:
+    def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
         self.key = CURSOR_KEY
         self.num_workers: int | None = None

@@ -4,16 +4,13 @@ camera, as columns or as items (:func:`unbind`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import MetadataMismatchError, describe
 from ..format.images import decode_image
 from ..format.video import VideoReader
-
-if TYPE_CHECKING:  # annotations only: the builder makes range readers
-    from .builder import ItemBuilder
 
 
 class EpisodeRangeReader:
@@ -26,7 +23,7 @@ class EpisodeRangeReader:
 
     def __init__(
         self,
-        builder: ItemBuilder,
+        builder: Any,
         episode_index: int,
         start: int,
         stop: int,

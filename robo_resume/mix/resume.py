@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -15,9 +15,6 @@ from ..index.schedule import Topology, worker_batches_done
 from ..state.mix import MixState
 from ..state.resume import MAX_STATE_INT, StreamCursor
 
-if TYPE_CHECKING:  # annotations only
-    from .dataset import MixedDataset
-
 
 @dataclass(eq=False)
 class _Level:
@@ -26,7 +23,7 @@ class _Level:
     elastic resume) and the epoch its streams started the run in (``starts``; a source has
     nothing in earlier epochs). Pure: no I/O."""
 
-    mix: MixedDataset
+    mix: Any
     topology: Topology
     batch_size: int
     layouts: tuple[Layout, ...]

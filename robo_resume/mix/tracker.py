@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -14,9 +14,6 @@ from ..state.mix import MixState
 from ..state.resume import ResumeState
 from ..tracker import CursorTracker
 from .source import MIX_KEY
-
-if TYPE_CHECKING:  # annotations only
-    from .dataset import MixedDataset
 
 
 class MixTracker:
@@ -29,7 +26,7 @@ class MixTracker:
     collective under DDP: every rank must call it).
     """
 
-    def __init__(self, mix: MixedDataset) -> None:
+    def __init__(self, mix: Any) -> None:
         self.mix = mix
         self.num_workers: int | None = None
         self.positions: dict[int, tuple[int, int]] = {}

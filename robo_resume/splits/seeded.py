@@ -11,14 +11,11 @@ import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import describe, format_ranges
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["PURPOSE", "Split", "split_episodes", "split_sizes"]
 

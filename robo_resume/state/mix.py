@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ResumeStateError, describe
 from .resume import (
@@ -28,9 +28,6 @@ from .resume import (
     ResumeState,
     library_version,
 )
-
-if TYPE_CHECKING:  # annotations only
-    from ..mix import MixedDataset
 
 __all__ = ["OLD_MIX_VERSION", "MixState"]
 
@@ -189,7 +186,7 @@ class MixState:
                 )
             ) from exc
 
-    def check(self, mix: MixedDataset) -> None:
+    def check(self, mix: Any) -> None:
         """Refuse a state made for another mix (weights, sources, ...).
 
         The batch size may differ (elastic resume); each source's own options are checked by

@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,10 +17,6 @@ from torch.utils.data import get_worker_info
 
 from ..keys import CURSOR_KEY
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-
-if TYPE_CHECKING:  # annotations only
-    pass
-
 
 RING = 4
 """Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`

@@ -8,7 +8,7 @@ import re
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset
@@ -24,14 +24,11 @@ from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests
 from ..workers import check_worker_start, start_method, worker_death_hint
 from .blocks import RING
 
-if TYPE_CHECKING:  # annotations only
-    from ..dataset import ChunkedEpisodeDataset
-
 
 class _Batches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
-    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
+    def __init__(self, dataset: Any, image_dtype: str | None = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.image_dtype = image_dtype

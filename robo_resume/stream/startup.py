@@ -3,16 +3,10 @@ silent switch) and the rank and world size of a run."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..errors import (
     describe,
 )
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-
-if TYPE_CHECKING:  # annotations only
-    pass
-
 
 FORKSERVER_PRELOAD = [
     "torch",

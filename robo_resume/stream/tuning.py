@@ -4,7 +4,7 @@ and the ``on_error`` values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import (
     CorruptFileError,
@@ -17,10 +17,6 @@ from ..index.schedule import (
     TAILS,
 )
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-
-if TYPE_CHECKING:  # annotations only
-    pass
-
 
 ON_ERROR = ("raise", "skip")
 """Values of ``ChunkedEpisodeDataset(on_error=...)``."""
