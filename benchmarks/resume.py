@@ -56,7 +56,8 @@ import _common as C
 import torch
 
 from robo_resume import ChunkedEpisodeDataset, load_metadata
-from robo_resume.index.schedule import Schedule, resume_point
+from robo_resume.index.schedule import Schedule
+from robo_resume.index.start import resume_point
 from robo_resume.testing import make_dataset
 
 BATCH = 32

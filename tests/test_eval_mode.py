@@ -18,9 +18,8 @@ from robo_resume.index.schedule import (
     Schedule,
     ScheduleConfig,
     Topology,
-    resume_point,
-    worker_batches_done,
 )
+from robo_resume.index.start import resume_point, worker_batches_done
 from robo_resume.mix import MixedDataset, MixSource
 
 LENGTHS = (23, 41, 17, 30, 9, 12, 33)  # 165 frames

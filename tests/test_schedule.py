@@ -19,9 +19,8 @@ from robo_resume.index.schedule import (
     Schedule,
     ScheduleConfig,
     Topology,
-    resume_point,
-    worker_batches_done,
 )
+from robo_resume.index.start import resume_point, worker_batches_done
 
 
 def spans(lengths):

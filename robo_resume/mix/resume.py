@@ -11,7 +11,8 @@ import numpy as np
 
 from ..errors import ResumeStateError, describe
 from ..index.elastic import Layout, build_layout
-from ..index.schedule import Topology, worker_batches_done
+from ..index.schedule import Topology
+from ..index.start import worker_batches_done
 from ..state.mix import MixState
 from ..state.resume import MAX_STATE_INT, StreamCursor
 

@@ -16,9 +16,8 @@ from ..index.elastic import Layout, Level, build_layout, check_positions, replan
 from ..index.schedule import (
     Schedule,
     Topology,
-    resume_point,
-    worker_batches_done,
 )
+from ..index.start import resume_point, worker_batches_done
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 

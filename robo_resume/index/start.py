@@ -1,0 +1,92 @@
+"""Resume start points: batches consumed -> each stream's ``(epoch, position)``. Pure.
+
+What ``resume_step`` is turned into (:func:`resume_point`), and how a DataLoader hands out
+batches round-robin over its workers (:func:`worker_batches_done`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schedule import Schedule
+from .topology import _positive_int
+
+__all__ = ["ResumePoint", "StreamStart", "resume_point", "worker_batches_done"]
+
+
+def worker_batches_done(batches: int, num_workers: int, worker_id: int) -> int:
+    """Batches worker ``worker_id`` delivered after the DataLoader delivered ``batches``.
+
+    ``torch.utils.data.DataLoader`` takes batch ``k`` from worker ``k % W`` while every worker has
+    data (and ours all have the same number of batches per epoch), so the answer is
+    ``batches // W + (worker_id < batches % W)`` with ``W = max(num_workers, 1)``.
+    """
+    w = max(num_workers, 1)
+    return batches // w + (worker_id < batches % w)
+
+
+@dataclass(frozen=True)
+class StreamStart:
+    """A stream resumes at ``position`` frames into ``epoch``."""
+
+    epoch: int
+    position: int
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where each worker role of a rank resumes, and the worker rotation of the first iteration.
+
+    ``starts[role]`` is indexed by the role a worker played in the interrupted run. A new
+    DataLoader iterator takes its first batch from worker 0, while the uninterrupted run would
+    have continued with role ``batches % W``; so new worker ``w`` plays role
+    ``(w + rotation) % W`` in the first iteration (later epochs use identity roles).
+    """
+
+    rotation: int
+    starts: tuple[StreamStart, ...]
+
+
+def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int = 0) -> ResumePoint:
+    """Turn ``batches`` delivered by rank ``rank``'s DataLoader into per-role start positions.
+
+    Assumes the DataLoader's default round-robin order, the schedule's batch size, and that the
+    loader restarted epochs at every ``iter()`` (epoch mode) or streamed epochs back to back
+    (``infinite``). Cost: O(workers), independent of ``batches``. With tail "keep" (epoch mode
+    only) the first roles of a rank may yield one batch more than the others, which keeps the
+    round-robin count exact.
+    """
+    _positive_int("batches", batches, 0)
+    topo, b, q = schedule.topology, schedule.config.batch_size, schedule.frames_per_stream
+    w = topo.workers_per_rank
+    if infinite:
+        if schedule.config.tail == "keep":
+            raise ValueError(
+                "tail='keep' (one pass, every frame once) has no infinite mode; found "
+                "infinite=True. Fix: use tail='drop' or 'pad' for endless streaming."
+            )
+        starts = []
+        for role in range(w):
+            f = worker_batches_done(batches, topo.num_workers, role) * b
+            starts.append(StreamStart(f // q, f % q))
+        return ResumePoint(batches % w, tuple(starts))
+    per_epoch = schedule.rank_batches(rank)
+    if per_epoch == 0:  # tail "keep" with fewer frames than ranks: this rank has none
+        if batches:
+            raise ValueError(
+                f"rank {rank} yields no batch per epoch (fewer frames than ranks with "
+                f"tail='keep'); found {batches} batches delivered. Fix: resume from 0 batches."
+            )
+        return ResumePoint(0, tuple(StreamStart(0, 0) for _ in range(w)))
+    epoch, s = divmod(batches, per_epoch)
+    starts = tuple(
+        StreamStart(
+            epoch,
+            min(
+                worker_batches_done(s, topo.num_workers, role) * b,
+                schedule.length(topo.stream_id(rank, role)),
+            ),
+        )
+        for role in range(w)
+    )
+    return ResumePoint(s % w, starts)
