@@ -94,8 +94,9 @@ from ..stream.loader import BatchLoader
 from ..stream.startup import _resolve_rank, worker_context
 from ..stream.tuning import StreamTuning
 from .checks import _SourceChecks
+from .levels import _Level
 from .order import _MixOrder
-from .resume import _Level, _MixResume
+from .resume import _MixResume
 from .source import (
     _SOURCE,
     _VISUAL,
