@@ -25,7 +25,7 @@ from .index.schedule import Topology
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .state.resume import ResumeState, StreamCursor
 
-__all__ = ["CursorTracker"]
+__all__ = ["CursorTracker", "check_batch_origin"]
 
 logger = logging.getLogger("robo_resume")
 
@@ -89,21 +89,9 @@ class CursorTracker:
             )
         rank, role, num_workers = (int(x) for x in head[0])
         epoch = int(cur[-1, 3])
-        if rank != self.dataset.rank:
-            raise ValueError(
-                describe("A batch from another rank", expected=self.dataset.rank, found=rank)
-            )
+        check_batch_origin(self.dataset.rank, rank, self.num_workers, num_workers)
         if self.num_workers is None:
             self._init(num_workers)
-        elif num_workers != self.num_workers:
-            raise ValueError(
-                describe(
-                    "Batches from DataLoaders with different num_workers reached one tracker",
-                    expected=f"num_workers={self.num_workers}",
-                    found=f"num_workers={num_workers}",
-                    fix="use one tracker per DataLoader configuration",
-                )
-            )
         position = int(cur[-1, 4])
         n = cur.shape[0]
         stream = Topology(self.dataset.world_size, num_workers).stream_id(rank, role)
@@ -227,3 +215,24 @@ class CursorTracker:
     def state_dict(self, *, gather: bool = True) -> dict[str, Any]:
         """JSON-safe resume state (see :meth:`state`)."""
         return self.state(gather=gather).to_dict()
+
+
+def check_batch_origin(
+    expected_rank: int, rank: int, known_workers: int | None, num_workers: int
+) -> None:
+    """Refuse a batch of another rank, or of a DataLoader whose ``num_workers`` differs from
+    the one of the first batch a tracker saw (``known_workers``; None: no batch yet).
+
+    Shared by :class:`CursorTracker` and :class:`robo_resume.mix.MixTracker`; raises ValueError.
+    """
+    if rank != expected_rank:
+        raise ValueError(describe("A batch from another rank", expected=expected_rank, found=rank))
+    if known_workers is not None and num_workers != known_workers:
+        raise ValueError(
+            describe(
+                "Batches from DataLoaders with different num_workers reached one tracker",
+                expected=f"num_workers={known_workers}",
+                found=f"num_workers={num_workers}",
+                fix="use one tracker per DataLoader configuration",
+            )
+        )

@@ -12,7 +12,7 @@ from ..errors import ResumeStateError, describe
 from ..keys import CURSOR_KEY, SKIPPED_KEY
 from ..state.mix import MixState
 from ..state.resume import ResumeState
-from ..tracker import CursorTracker
+from ..tracker import CursorTracker, check_batch_origin
 from .source import MIX_KEY
 
 
@@ -57,21 +57,9 @@ class MixTracker:
                 )
             )
         rank, role, num_workers, epoch, j, i = (int(x) for x in m)
-        if rank != self.mix.rank:
-            raise ValueError(
-                describe("A batch from another rank", expected=self.mix.rank, found=rank)
-            )
+        check_batch_origin(self.mix.rank, rank, self.num_workers, num_workers)
         if self.num_workers is None:
             self._init(num_workers)
-        elif num_workers != self.num_workers:
-            raise ValueError(
-                describe(
-                    "Batches from DataLoaders with different num_workers reached one tracker",
-                    expected=f"num_workers={self.num_workers}",
-                    found=f"num_workers={num_workers}",
-                    fix="use one tracker per DataLoader configuration",
-                )
-            )
         self.trackers[i].update(batch)  # the source's cursor, batch checks and skip records
         self.positions[role] = (epoch, j)
         self.batches += 1
