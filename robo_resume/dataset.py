@@ -45,7 +45,8 @@ from .keys import CURSOR_KEY, SKIPPED_KEY
 from .splits import EpisodeSelection, select_episodes
 from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState
 from .state.stream_state import check_stream_state, stream_state
-from .stream.loader import BatchLoader, _Batches
+from .stream.front import batch_loader
+from .stream.loader import _Batches
 from .stream.positions import _Positions
 from .stream.reading import _Reading
 from .stream.startup import _resolve_rank, worker_context
@@ -362,28 +363,13 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             )
             check_worker_start(loader)
             return loader
-        float_keys: tuple[str, ...] = ()
-        if (
-            num_workers > 0
-            and self.items.options.image_dtype == "float32"
-            and self.items.options.image_transforms is None
-            and not kwargs.get("pin_memory", False)
-        ):
-            float_keys = self.meta.visual_keys  # video and image features
-        if stateful:
-            # torchdata is optional: imported only for the loader that needs it
-            from .stream.stateful import StatefulBatchLoader
-
-            return StatefulBatchLoader(
-                _Batches(self, "uint8" if float_keys else None),
-                float_keys=float_keys,
-                num_workers=num_workers,
-                **kwargs,
-            )
-        return BatchLoader(
-            _Batches(self, "uint8" if float_keys else None),
-            float_keys=float_keys,
+        return batch_loader(
+            lambda float_keys: _Batches(self, "uint8" if float_keys else None),
             num_workers=num_workers,
+            options=self.items.options,
+            visual_keys=self.meta.visual_keys,  # video and image features
+            start_method=None,  # set above when WORKER_START_METHOD is
+            stateful=stateful,
             **kwargs,
         )
 

@@ -8,8 +8,8 @@ CURSOR_KEY = "robo_resume_cursor"
 
 RELEASE_KEY = "_robo_resume_release"
 """Batch entry ``(slot, token)`` naming the worker's ring buffer the batch's cameras live in;
-the iterator of :class:`robo_resume.dataset.BatchLoader` removes it and frees the slot when the
-batch is dropped."""
+the iterator of :class:`robo_resume.stream.loader.BatchLoader` removes it and frees the slot
+when the batch is dropped."""
 
 SKIPPED_KEY = "robo_resume_skipped"
 """Batch key (only in batches that skip a chunk): a list of skip records, one dict per chunk

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning
-from robo_resume.dataset import BatchLoader
+from robo_resume.stream.loader import BatchLoader
 
 
 @pytest.fixture(scope="module")

@@ -90,8 +90,8 @@ from ..index.schedule import Topology
 from ..keys import CURSOR_KEY
 from ..state.mix import MixState
 from ..state.resume import MAX_WORKERS
-from ..stream.loader import BatchLoader
-from ..stream.startup import _resolve_rank, worker_context
+from ..stream.front import batch_loader
+from ..stream.startup import _resolve_rank
 from ..stream.tuning import StreamTuning
 from .checks import _SourceChecks
 from .levels import _Level
@@ -362,24 +362,14 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
                         fix=f"set {bad} on the mix (batches are built whole per source)",
                     )
                 )
-        if num_workers > 0 and "multiprocessing_context" not in kwargs:
-            from .. import dataset  # its WORKER_START_METHOD, read at call time
+        from .. import dataset  # its WORKER_START_METHOD, read at call time
 
-            if dataset.WORKER_START_METHOD:
-                kwargs["multiprocessing_context"] = worker_context(dataset.WORKER_START_METHOD)
-        opts = self.datasets[0].items.options
-        float_keys: tuple[str, ...] = ()
-        if (
-            num_workers > 0
-            and opts.image_dtype == "float32"
-            and opts.image_transforms is None
-            and not kwargs.get("pin_memory", False)
-        ):
-            float_keys = self.camera_keys
-        return BatchLoader(
-            _MixBatches(self, "uint8" if float_keys else None),
-            float_keys=float_keys,
+        return batch_loader(
+            lambda float_keys: _MixBatches(self, "uint8" if float_keys else None),
             num_workers=num_workers,
+            options=self.datasets[0].items.options,
+            visual_keys=self.camera_keys,
+            start_method=dataset.WORKER_START_METHOD,
             **kwargs,
         )
 

@@ -74,7 +74,7 @@ class _MixOrder:
 
         As :meth:`ChunkedEpisodeDataset.next_epoch`: the resume point's epoch (the next one
         when the checkpoint was taken at an epoch's end), then one more per iteration; what
-        :meth:`~robo_resume.dataset.BatchLoader.epochs` counts with. TypeError with "cycle".
+        :meth:`~robo_resume.stream.loader.BatchLoader.epochs` counts with. TypeError with "cycle".
         """
         if self.infinite:
             raise TypeError(
