@@ -28,7 +28,6 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .errors import (
-    ResumeStateError,
     describe,
     format_ranges,
 )
@@ -43,7 +42,8 @@ from .index.schedule import (
 from .items import ItemBuilder, ItemOptions
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .splits import EpisodeSelection, select_episodes
-from .state.resume import MAX_STATE_INT, MAX_WORKERS, ResumeState
+from .state.records import check_resume_step
+from .state.resume import MAX_WORKERS, ResumeState
 from .state.stream_state import check_stream_state, stream_state
 from .stream.front import batch_loader
 from .stream.loader import _Batches
@@ -166,24 +166,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             raise ValueError(describe("batch_size must be a positive int", found=batch_size))
         if chunk_frames < 1:
             raise ValueError(describe("chunk_frames must be >= 1", found=chunk_frames))
-        if resume_step < 0 or resume_step % batch_size:
-            raise ValueError(
-                describe(
-                    "resume_step must be a non-negative multiple of batch_size",
-                    expected=f"step * batch_size (a multiple of {batch_size})",
-                    found=resume_step,
-                    fix="pass resume_step=step * batch_size, where step counts batches",
-                )
-            )
-        if resume_step // batch_size > MAX_STATE_INT:
-            raise ResumeStateError(
-                describe(
-                    "resume_step is beyond any run's length",
-                    expected=f"resume_step // batch_size <= {MAX_STATE_INT} batches",
-                    found=f"resume_step={resume_step}",
-                    fix="pass resume_step=step * batch_size with the step of your checkpoint",
-                )
-            )
+        check_resume_step(resume_step, batch_size)
         self.tuning = tuning or StreamTuning()
         if self.tuning.tail == "keep" and (drop_last or infinite):
             raise ValueError(

@@ -11,7 +11,8 @@ from ..index.elastic import build_layout
 from ..index.schedule import Topology
 from ..index.start import worker_batches_done
 from ..state.mix import MixState
-from ..state.resume import MAX_STATE_INT, StreamCursor
+from ..state.records import check_resume_step
+from ..state.resume import StreamCursor
 from .levels import _Level
 
 
@@ -23,25 +24,7 @@ class _MixResume:
     """
 
     def _check_resume_step(self, step: Any, state: Any) -> int:
-        b = self.batch_size
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0 or step % b:
-            raise ValueError(
-                describe(
-                    "resume_step must be a non-negative multiple of batch_size",
-                    expected=f"step * batch_size (a multiple of {b})",
-                    found=repr(step),
-                    fix="pass resume_step=step * batch_size, where step counts this rank's "
-                    "batches since the start of the run",
-                )
-            )
-        if step // b > MAX_STATE_INT:
-            raise ResumeStateError(
-                describe(
-                    "resume_step is beyond any run's length",
-                    expected=f"resume_step // batch_size <= {MAX_STATE_INT} batches",
-                    found=f"resume_step={step}",
-                )
-            )
+        check_resume_step(step, self.batch_size)
         if step and state is not None:
             raise ValueError(
                 describe(

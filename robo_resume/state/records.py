@@ -143,3 +143,31 @@ def _elastic(value: Any) -> dict[str, Any]:
     if not levels:
         raise bad("an empty origin")
     return {"elastic_epoch": _int("elastic.epoch", value.get("epoch")), "origin": tuple(levels)}
+
+
+def check_resume_step(step: Any, batch_size: int) -> int:
+    """``resume_step`` (frames consumed by this rank: batches x batch_size) as a batch count.
+
+    Raises ValueError for a negative value, a non-int or one that is not a multiple of
+    ``batch_size``, and ResumeStateError past any run's length (:data:`MAX_STATE_INT` batches).
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or step % batch_size:
+        raise ValueError(
+            describe(
+                "resume_step must be a non-negative multiple of batch_size",
+                expected=f"step * batch_size (a multiple of {batch_size})",
+                found=repr(step),
+                fix="pass resume_step=step * batch_size, where step counts this rank's batches "
+                "since the start of the run",
+            )
+        )
+    if step // batch_size > MAX_STATE_INT:
+        raise ResumeStateError(
+            describe(
+                "resume_step is beyond any run's length",
+                expected=f"resume_step // batch_size <= {MAX_STATE_INT} batches",
+                found=f"resume_step={step}",
+                fix="pass resume_step=step * batch_size with the step of your checkpoint",
+            )
+        )
+    return step // batch_size
