@@ -7,11 +7,12 @@ batches round-robin over its workers (:func:`worker_batches_done`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .schedule import Schedule
 from .topology import _positive_int
 
-__all__ = ["ResumePoint", "StreamStart", "resume_point", "worker_batches_done"]
+__all__ = ["ResumePoint", "StartPoint", "StreamStart", "resume_point", "worker_batches_done"]
 
 
 def worker_batches_done(batches: int, num_workers: int, worker_id: int) -> int:
@@ -90,3 +91,17 @@ def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int 
         for role in range(w)
     )
     return ResumePoint(s % w, starts)
+
+
+class StartPoint(NamedTuple):
+    """Where a rank's streams start in the first iteration of a (resumed) run.
+
+    ``rotation``: new worker ``w`` plays role ``(w + rotation) % workers``; ``streams``: one
+    entry per role, ``(epoch, position)`` for a dataset or ``(epoch, j, [(epoch, position)] per
+    source)`` for a mix; ``batches``: batches this rank had consumed. A tuple, so
+    ``rotation, streams, batches = ds.start_point(w)`` reads it too.
+    """
+
+    rotation: int
+    streams: list
+    batches: int

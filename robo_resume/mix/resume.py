@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import ResumeStateError, describe
 from ..index.elastic import build_layout
 from ..index.schedule import Topology
-from ..index.start import worker_batches_done
+from ..index.start import StartPoint, worker_batches_done
 from ..state.mix import MixState
 from ..state.records import check_resume_step
 from ..state.resume import StreamCursor
@@ -100,8 +100,9 @@ class _MixResume:
             lv = self._levels[num_workers] = _Level(self, topo, self.batch_size, layouts, starts)
         return lv
 
-    def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int, list]], int]:
-        """``(rotation, [(epoch, j, [(epoch, position)] per source)] per role, batches)``.
+    def start_point(self, num_workers: int) -> StartPoint:
+        """A :class:`~robo_resume.index.start.StartPoint` ``(rotation, [(epoch, j, [(epoch,
+        position)] per source)] per role, batches)``.
 
         New worker ``w`` plays role ``(w + rotation) % W`` in the first iteration. From the
         resume state (same topology: each role goes on where it stood; another topology or
@@ -110,7 +111,7 @@ class _MixResume:
         """
         got = self._starts.get(num_workers)
         if got is None:
-            got = self._starts[num_workers] = self._start_point(num_workers)
+            got = self._starts[num_workers] = StartPoint(*self._start_point(num_workers))
         return got
 
     def _start_point(self, num_workers: int):

@@ -17,7 +17,7 @@ from ..index.schedule import (
     Schedule,
     Topology,
 )
-from ..index.start import resume_point, worker_batches_done
+from ..index.start import StartPoint, resume_point, worker_batches_done
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
@@ -103,8 +103,9 @@ class _Positions:
             return min(e for e, _ in starts)  # epoch mode: every role starts in one epoch
         return int(self._slots[0, 0])
 
-    def start_point(self, num_workers: int) -> tuple[int, list[tuple[int, int]], int]:
-        """Where this rank's streams start: ``(rotation, [(epoch, position)] per role, batches)``.
+    def start_point(self, num_workers: int) -> StartPoint:
+        """Where this rank's streams start: a :class:`~robo_resume.index.start.StartPoint`
+        ``(rotation, [(epoch, position)] per role, batches)``.
 
         From ``resume_state`` when given (cursors), else from ``resume_step`` (arithmetic). New
         worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration. After a
@@ -115,8 +116,8 @@ class _Positions:
         if self.resume_state is None:
             batches = self.resume_step // self.batch_size
             rp = resume_point(sched, batches, infinite=self.infinite, rank=self.rank)
-            return rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches
-        return self._start_from_cursors(sched, num_workers)
+            return StartPoint(rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches)
+        return StartPoint(*self._start_from_cursors(sched, num_workers))
 
     def layout(self, num_workers: int) -> Layout:
         """What this rank's streams emit per epoch, with ``num_workers`` workers.
