@@ -21,7 +21,8 @@ from ..index.schedule import (
     Segment,
     Topology,
 )
-from ..keys import RELEASE_KEY, SKIPPED_KEY
+from ..items.rows import rows_of
+from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
 from ..stream.blocks import (
     _assemble,
@@ -138,20 +139,26 @@ class _Reading:
         self.items.camera_threads = max(cams, 1)
 
     def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
-        """Items of the stream from ``(epoch, position)``, one dict per frame."""
-        self._configure_decoding()
+        """Items of the stream from ``(epoch, position)``, one dict per frame.
+
+        The items of each of :meth:`_generate_batches`' batches (the short last one always
+        included), in order: every tensor is a :class:`~robo_resume.items.rows.BlockRow`, a view
+        of its row of the batch column, which ``default_collate`` stacks back without a copy when
+        the DataLoader's ``batch_size`` equals the dataset's (the DataLoader's batches then are
+        these batches). Images are converted once per batch, not per item.
+        """
         live = self._live
-        blocks = self._blocks(
-            sched, stream, role, num_workers, epoch, position, slot, lambda: 1 << 30
+        batches = self._generate_batches(
+            sched, stream, role, num_workers, epoch, position, slot, whole_tail=True
         )
-        for block in blocks:
-            if not block.size:
-                continue
-            with _torch_threads():
-                cols = self.items.finish(_assemble([block]))
-            for i, cursor in enumerate(block.cursor.tolist()):
-                live["epoch"], live["position"] = cursor[3], cursor[4]
-                yield {k: v[i] for k, v in cols.items()}
+        for batch in batches:
+            cursor = batch[CURSOR_KEY]
+            for i, row in enumerate(cursor.tolist()):
+                live["epoch"], live["position"] = row[3], row[4]
+                yield {
+                    k: rows_of(v, i) if isinstance(v, torch.Tensor) else v[i]
+                    for k, v in batch.items()
+                }
 
     def _generate_batches(
         self,
@@ -164,12 +171,14 @@ class _Reading:
         slot,
         image_dtype=None,
         ring=None,
+        whole_tail=False,
     ):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
         A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
         are cut at those places, and a batch is assembled once from its blocks (a short last
-        batch is dropped with drop_last). The result equals ``default_collate`` of the items.
+        batch is dropped with drop_last, kept with ``whole_tail``). The result equals
+        ``default_collate`` of the items.
         """
         self._configure_decoding()
         b = self.batch_size
@@ -191,7 +200,7 @@ class _Reading:
                 pending.append(block)
                 target.have += block.size
             have = target.have
-            if have == b or (have and not block.size and not self.drop_last):
+            if have == b or (have and not block.size and (whole_tail or not self.drop_last)):
                 last = pending[-1].cursor[-1].tolist()
                 self._live["epoch"], self._live["position"] = last[3], last[4]
                 skipped = [r for blk in pending for r in blk.skipped]
