@@ -79,3 +79,26 @@ def test_plain_loader_batches_hold_the_frames_while_held(two_cams, num_workers, 
         assert type(batch[CAM]) is torch.Tensor
         for idx, img in zip(batch["index"].tolist(), batch[CAM], strict=True):
             assert torch.equal(img, reader[idx][CAM]), f"index {idx}"
+
+
+@pytest.mark.timeout(120)
+def test_plain_loader_with_workers_logs_the_fast_path_once(two_cams, caplog):
+    ds = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, infinite=True)
+    from robo_resume.stream.reading import PLAIN_LOADER_NOTE
+
+    with caplog.at_level("INFO", logger="robo_resume"):
+        it = iter(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=0))
+        next(it)
+    assert PLAIN_LOADER_NOTE not in caplog.text  # 0 workers: as fast as ds.dataloader()
+    ds._slots.zero_()
+    # a worker's log record: call __iter__ as worker 0 of 2 would, before any stream started
+    from torch.utils.data._utils import worker
+
+    worker._worker_info = worker.WorkerInfo(id=0, num_workers=2, seed=0, dataset=ds)
+    try:
+        with caplog.at_level("INFO", logger="robo_resume"):
+            next(iter(ds))
+            next(iter(ds))  # a later stream start: no second line
+    finally:
+        worker._worker_info = None
+    assert caplog.text.count("ds.dataloader(num_workers=...) yields the same") == 1
