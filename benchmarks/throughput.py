@@ -6,6 +6,10 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of
   as uint8 and as float32 (lerobot's layout);
 - ``lerobot``: ``LeRobotDataset(..., video_backend="pyav")`` in a shuffled ``DataLoader`` (what
   lerobot's trainer does), same workers, batch size and ``delta_timestamps``; float32 images;
+- ``plain``: ``torch.utils.data.DataLoader(ds, batch_size=32, num_workers=W)`` over the same
+  dataset (items collated by torch's ``default_collate``, as lerobot's trainer and hand-written
+  loops build it), uint8 and float32, printed as its ratio to ``ds.dataloader()`` (target 0.8x;
+  see the README on why 2 workers stay below);
 - ``1 cam``: robo_resume uint8 with ``features=`` keeping the first camera only (the others are
   never opened or decoded), printed as its ratio to all cameras (datasets with 2+ cameras);
 - ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, one FFmpeg
@@ -127,9 +131,14 @@ def run_robo(
     warmup: int,
     batches: int,
     one_camera: bool = False,
+    plain: bool = False,
 ):
     """robo_resume's frames/s; ``one_camera``: every camera but the first left out with
-    ``features=`` (never opened or decoded), as for a policy that uses one camera."""
+    ``features=`` (never opened or decoded), as for a policy that uses one camera; ``plain``:
+    through ``torch.utils.data.DataLoader(ds, batch_size=32, num_workers=workers)`` instead of
+    ``ds.dataloader()``."""
+    import torch
+
     from robo_resume import ChunkedEpisodeDataset
 
     dropped = case.meta.camera_keys[1:] if one_camera else ()
@@ -143,7 +152,11 @@ def run_robo(
         image_dtype=dtype,
         infinite=True,
     )
-    return _drain(ds.dataloader(num_workers=workers), warmup, batches)
+    if plain:
+        loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=workers)
+    else:
+        loader = ds.dataloader(num_workers=workers)
+    return _drain(loader, warmup, batches)
 
 
 def run_lerobot(case: Case, workers: int, delta: bool, warmup: int, batches: int):
@@ -211,14 +224,21 @@ def measure(case: Case, args) -> list[dict]:
     for workers, delta in itertools.product(args.workers, (False, True)):
         samples: dict[str, list[float]] = {"robo_u8": [], "robo_f32": [], "lerobot": []}
         samples["ceiling"], samples["robo_u8_1cam"] = [], []
+        samples["plain_u8"], samples["plain_f32"] = [], []
         several = len(case.meta.camera_keys) > 1
         for r in range(args.repeats):
             progress(f"({case.name}) workers={workers} delta={delta} repeat {r + 1}/{args.repeats}")
             samples["robo_u8"].append(
                 run_robo(case, workers, delta, "uint8", args.warmup, args.batches)
             )
+            samples["plain_u8"].append(
+                run_robo(case, workers, delta, "uint8", args.warmup, args.batches, plain=True)
+            )
             samples["robo_f32"].append(
                 run_robo(case, workers, delta, "float32", args.warmup, args.batches)
+            )
+            samples["plain_f32"].append(
+                run_robo(case, workers, delta, "float32", args.warmup, args.batches, plain=True)
             )
             if several:
                 samples["robo_u8_1cam"].append(
@@ -240,6 +260,8 @@ def measure(case: Case, args) -> list[dict]:
             "robo_u8_over_lerobot": med["robo_u8"] / med["lerobot"] if med["lerobot"] else None,
             "robo_f32_over_ceiling": med["robo_f32"] / med["ceiling"],
             "robo_u8_over_ceiling": med["robo_u8"] / med["ceiling"],
+            "plain_u8_over_robo": med["plain_u8"] / med["robo_u8"],
+            "plain_f32_over_robo": med["plain_f32"] / med["robo_f32"],
             "one_camera_over_all": med["robo_u8_1cam"] / med["robo_u8"]
             if med["robo_u8_1cam"]
             else None,
@@ -341,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             _fmt(r["robo_u8_over_ceiling"], ".2f"),
             _fmt(r["robo_f32_over_ceiling"], ".2f"),
             _fmt(r["one_camera_over_all"], ".2f"),
+            _fmt(r["plain_u8_over_robo"], ".2f"),
+            _fmt(r["plain_f32_over_robo"], ".2f"),
         ]
         for r in rows
     ]
@@ -359,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             "u8/ceiling",
             "f32/ceiling",
             "1 cam/all",
+            "plain/robo u8",
+            "plain/robo f32",
         ],
         table,
     )
@@ -366,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         "1 cam/all: frames/s (uint8) with features= keeping the first camera only, over all "
         "cameras: the decoding a policy that uses one camera saves (left-out cameras are never "
         "opened)"
+    )
+    print(
+        "plain/robo: frames/s of torch.utils.data.DataLoader(ds, batch_size=32, num_workers=W) "
+        "over ds.dataloader(num_workers=W), same image dtype (target 0.8x)"
     )
     checks = verdicts(rows)
     if checks:

@@ -48,17 +48,20 @@ def test_throughput_benchmark_quick(tmp_path: Path) -> None:
         ("d", 0, True),
     ]
     for row in rows:
-        for key in ("robo_u8", "robo_f32", "lerobot", "ceiling"):
+        for key in ("robo_u8", "robo_f32", "plain_u8", "plain_f32", "lerobot", "ceiling"):
             assert row["fps"][key] > 0, (key, row)
         for key in (
             "robo_f32_over_lerobot",
             "robo_u8_over_lerobot",
             "robo_f32_over_ceiling",
             "robo_u8_over_ceiling",
+            "plain_u8_over_robo",
+            "plain_f32_over_robo",
         ):
             assert row[key] > 0, (key, row)
     targets = data["targets"]
     assert {t["target"] for t in targets} == {">= 4.0x lerobot (f32)", ">= 0.8x ceiling (u8)"}
     assert len(targets) == 4
     assert "f32/lerobot" in proc.stdout and "u8/ceiling" in proc.stdout
+    assert "plain/robo u8" in proc.stdout and "plain/robo f32" in proc.stdout
     assert all(("PASS" in line) != ("MISS" in line) for line in proc.stdout.splitlines()[-6:-2])

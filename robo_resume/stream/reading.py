@@ -21,7 +21,8 @@ from ..index.schedule import (
     Segment,
     Topology,
 )
-from ..keys import RELEASE_KEY, SKIPPED_KEY
+from ..items.rows import rows_of
+from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
 from ..stream.blocks import (
     _assemble,
@@ -39,6 +40,13 @@ from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests
 
 logger = logging.getLogger("robo_resume")
 
+PLAIN_LOADER_NOTE = (
+    "robo_resume: items are collated by torch in DataLoader workers (a plain "
+    "torch.utils.data.DataLoader or collate_fn=). ds.dataloader(num_workers=...) yields the same "
+    "batches 1.6-3x faster with workers (uint8 frames through reused shared memory, float32 "
+    "conversion in the main process); see the README, 'A plain DataLoader'."
+)
+
 
 class _Reading:
     """How a ChunkedEpisodeDataset reads: one stream's chunks, block by block, into batches.
@@ -50,7 +58,14 @@ class _Reading:
 
     # -- torch protocol ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """This worker's stream, one item per frame (for a DataLoader with ``batch_size``)."""
+        """This worker's stream, one item per frame (for a DataLoader with ``batch_size``).
+
+        Items are views of batches built whole (see :meth:`_generate`): a plain
+        ``DataLoader(ds, batch_size=ds.batch_size)`` with 0 workers runs at about the speed of
+        :meth:`dataloader`; with workers it is 2-3x slower (fresh shared memory per batch,
+        float32 images made and moved in the worker), and the first worker logs
+        :data:`PLAIN_LOADER_NOTE` once at INFO. Use :meth:`dataloader` for full speed.
+        """
         if self.on_error == "skip":
             raise ValueError(
                 describe(
@@ -61,6 +76,9 @@ class _Reading:
                     "positions there, which item-by-item batching cannot do",
                 )
             )
+        info = get_worker_info()
+        if info is not None and info.id == 0 and int(self._slots[0, 1]) == 0:
+            logger.info(PLAIN_LOADER_NOTE)  # once: the first stream of the first epoch
         return self._generate(*self._start_stream())
 
     def iter_batches(
@@ -138,20 +156,26 @@ class _Reading:
         self.items.camera_threads = max(cams, 1)
 
     def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
-        """Items of the stream from ``(epoch, position)``, one dict per frame."""
-        self._configure_decoding()
+        """Items of the stream from ``(epoch, position)``, one dict per frame.
+
+        The items of each of :meth:`_generate_batches`' batches (the short last one always
+        included), in order: every tensor is a :class:`~robo_resume.items.rows.BlockRow`, a view
+        of its row of the batch column, which ``default_collate`` stacks back without a copy when
+        the DataLoader's ``batch_size`` equals the dataset's (the DataLoader's batches then are
+        these batches). Images are converted once per batch, not per item.
+        """
         live = self._live
-        blocks = self._blocks(
-            sched, stream, role, num_workers, epoch, position, slot, lambda: 1 << 30
+        batches = self._generate_batches(
+            sched, stream, role, num_workers, epoch, position, slot, whole_tail=True
         )
-        for block in blocks:
-            if not block.size:
-                continue
-            with _torch_threads():
-                cols = self.items.finish(_assemble([block]))
-            for i, cursor in enumerate(block.cursor.tolist()):
-                live["epoch"], live["position"] = cursor[3], cursor[4]
-                yield {k: v[i] for k, v in cols.items()}
+        for batch in batches:
+            cursor = batch[CURSOR_KEY]
+            for i, row in enumerate(cursor.tolist()):
+                live["epoch"], live["position"] = row[3], row[4]
+                yield {
+                    k: rows_of(v, i) if isinstance(v, torch.Tensor) else v[i]
+                    for k, v in batch.items()
+                }
 
     def _generate_batches(
         self,
@@ -164,12 +188,14 @@ class _Reading:
         slot,
         image_dtype=None,
         ring=None,
+        whole_tail=False,
     ):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
         A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
         are cut at those places, and a batch is assembled once from its blocks (a short last
-        batch is dropped with drop_last). The result equals ``default_collate`` of the items.
+        batch is dropped with drop_last, kept with ``whole_tail``). The result equals
+        ``default_collate`` of the items.
         """
         self._configure_decoding()
         b = self.batch_size
@@ -191,7 +217,7 @@ class _Reading:
                 pending.append(block)
                 target.have += block.size
             have = target.have
-            if have == b or (have and not block.size and not self.drop_last):
+            if have == b or (have and not block.size and (whole_tail or not self.drop_last)):
                 last = pending[-1].cursor[-1].tolist()
                 self._live["epoch"], self._live["position"] = last[3], last[4]
                 skipped = [r for blk in pending for r in blk.skipped]
