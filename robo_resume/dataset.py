@@ -336,6 +336,17 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 )
         if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
             kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
+        if "collate_fn" in kwargs and stateful:
+            raise ValueError(
+                describe(
+                    "dataloader(stateful=True) builds whole batches itself",
+                    expected="stateful=True without collate_fn",
+                    found=f"collate_fn={kwargs['collate_fn']!r}",
+                    fix="drop collate_fn (apply it to each batch in the loop), or build a "
+                    "torchdata StatefulDataLoader(ds, batch_size=ds.batch_size, collate_fn=...) "
+                    "yourself",
+                )
+            )
         if "collate_fn" in kwargs:  # the user collates items: hand them items
             loader = torch.utils.data.DataLoader(
                 self,

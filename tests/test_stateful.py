@@ -92,3 +92,10 @@ def test_plain_stateful_dataloader_other_workers_get_our_error(root):
     loader.load_state_dict(state)
     with pytest.raises(ResumeStateError, match=r"another topology.*num_workers=2 .the state"):
         next(iter(loader))
+
+
+def test_stateful_with_a_collate_fn_is_refused_not_ignored(root):
+    """stateful=True yields whole batches; a collate_fn beside it would be silently unused."""
+    ds = ChunkedEpisodeDataset(root, batch_size=4)
+    with pytest.raises(ValueError, match=r"stateful=True\) builds whole batches.*Fix: drop"):
+        ds.dataloader(stateful=True, collate_fn=list)
