@@ -15,6 +15,7 @@ from ..format.video import VideoReader
 from ..index.elastic import Layout, Level, build_layout, check_positions, replan
 from ..index.schedule import (
     Schedule,
+    Segment,
     Topology,
 )
 from ..index.start import StartPoint, resume_point, worker_batches_done
@@ -274,3 +275,16 @@ class _Positions:
                 }
             )
         return cuts
+
+    def _skipped_from(self, epoch: int, seg: Segment) -> int:
+        """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
+
+        A record covers frames ``frame .. stop - 1`` of a segment that began at ``start``; a
+        segment of a remainder epoch (elastic resume) is a later piece of such a segment
+        (``start <= seg.start < stop``) and carries the epoch it was left over from.
+        """
+        e = epoch if seg.epoch is None else seg.epoch
+        for start, stop, frame in self._skip_from.get((e, seg.chunk_id), ()):
+            if start <= seg.start < stop:
+                return max(frame, seg.start)
+        return seg.stop

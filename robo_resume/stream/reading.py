@@ -18,7 +18,6 @@ from ..index.elastic import Layout
 from ..index.schedule import (
     Group,
     Schedule,
-    Segment,
     Topology,
 )
 from ..items.rows import rows_of
@@ -361,19 +360,6 @@ class _Reading:
             for r in readers:
                 if r is not None:
                     r.close()
-
-    def _skipped_from(self, epoch: int, seg: Segment) -> int:
-        """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
-
-        A record covers frames ``frame .. stop - 1`` of a segment that began at ``start``; a
-        segment of a remainder epoch (elastic resume) is a later piece of such a segment
-        (``start <= seg.start < stop``) and carries the epoch it was left over from.
-        """
-        e = epoch if seg.epoch is None else seg.epoch
-        for start, stop, frame in self._skip_from.get((e, seg.chunk_id), ()):
-            if start <= seg.start < stop:
-                return max(frame, seg.start)
-        return seg.stop
 
     # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
     def stream_batches(
