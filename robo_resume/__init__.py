@@ -3,7 +3,8 @@
 Public API: the names in ``__all__`` (everything else is internal and may change; the README and
 the examples import only these, which tests/test_public_api.py checks):
 
-- Streaming: :class:`ChunkedEpisodeDataset` (arithmetic resume), :class:`StreamTuning`,
+- Streaming: :class:`ChunkedEpisodeDataset` (arithmetic resume), :class:`DataSource` (where
+  data comes from and which of it, for both datasets), :class:`StreamTuning`,
   :class:`CursorTracker` (records consumed cursors; its state resumes), :class:`MixedDataset`
   and :class:`MixSource` (weighted mixes), :class:`LeRobotReader` (random access).
 - Selection: :class:`Split`, :func:`split_episodes`, :func:`check_files`,
@@ -34,6 +35,7 @@ from .files import check_files, readable_episodes
 from .format.metadata import DatasetMeta, load_metadata
 from .mix import MixedDataset, MixSource
 from .reader import LeRobotReader
+from .source import DataSource
 from .splits import Split, split_episodes
 from .state.resume import ResumeState
 from .testing import make_dataset
@@ -44,6 +46,7 @@ __all__ = [
     "ChunkedEpisodeDataset",
     "CorruptFileError",
     "CursorTracker",
+    "DataSource",
     "DatasetFormatError",
     "DatasetMeta",
     "LeRobotReader",

@@ -40,8 +40,10 @@ from .index.schedule import (
     ScheduleConfig,
 )
 from .items import ItemBuilder, ItemOptions
+from .items.names import check_renames, dataset_keys, renamed
 from .keys import CURSOR_KEY, SKIPPED_KEY
-from .splits import EpisodeSelection, select_episodes
+from .source import DataSource, as_source
+from .splits import select_episodes
 from .state.records import check_resume_step
 from .state.resume import MAX_WORKERS, ResumeState
 from .state.stream_state import check_stream_state, stream_state
@@ -81,13 +83,15 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
     """Stream a LeRobot dataset (v3.0 or v2.1) in shuffled chunks with exact resume.
 
     Args:
-        root: dataset folder (holding ``meta/``). With ``repo_id``, a folder without
-            ``meta/`` is where the Hub download goes (instead of the huggingface_hub cache).
-        repo_id: ``"owner/name"`` of a dataset on the Hugging Face Hub, used when ``root`` is
-            None or holds no dataset: the metadata and only the selected episodes' files are
-            downloaded (or found in the cache; offline with ``HF_HUB_OFFLINE=1``). See
-            :func:`robo_resume.hub.resolve_root`.
-        revision: Hub branch, tag (e.g. "v3.0", "v2.1") or commit; None: the default branch.
+        source: where the data comes from and which of it: a
+            :class:`~robo_resume.source.DataSource` (folder or Hub repo, revision, episodes,
+            features to keep, drop or rename, chunk_frames), or just the dataset folder.
+        **source_fields: the DataSource's fields as keywords, a shorthand:
+            ``ChunkedEpisodeDataset(root, episodes="train[:90%]", batch_size=32)`` is
+            ``ChunkedEpisodeDataset(DataSource(root, episodes="train[:90%]"), batch_size=32)``.
+            A dropped feature is never opened, decoded or downloaded; the resolved episode
+            indices and the plan are in the fingerprint (renames and drops are not: they change
+            no frame).
         batch_size: the DataLoader's batch size (the schedule works per batch). Use
             :meth:`dataloader` to build a matching DataLoader.
         seed: base seed; the order is a pure function of (seed, epoch, topology).
@@ -100,20 +104,14 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         resume_strict: False logs fingerprint mismatches between ``resume_state`` and this
             dataset as warnings instead of raising (an explicit escape hatch: resuming a state
             made for other data or options can replay or lose frames).
-        chunk_frames: maximum frames per chunk (contiguous frames of one episode).
-        episodes: episode indices to use (``index`` values stay absolute), a slice string by
-            position such as ``"train[:90%]"``, or a seeded :class:`~robo_resume.splits.Split`
-            (see :mod:`robo_resume.splits`); the resolved indices are in the fingerprint.
-        features: which features items hold: a list of keys to keep, or ``{key: None}`` for
-            keys to drop (None: all). A feature left out is never opened or decoded, so a
-            policy that uses one camera of four decodes one, and a copy without some camera's
-            mp4s streams the rest (:meth:`~robo_resume.format.metadata.DatasetMeta.select`).
-        delta_timestamps, image_transforms, image_dtype: as in :class:`LeRobotReader`.
+        delta_timestamps, image_transforms, image_dtype: as in :class:`LeRobotReader`
+            (``delta_timestamps`` names renamed features by their new names).
         drop_last: make every stream's epoch a whole number of batches (pass the same value to
             the DataLoader; :meth:`dataloader` does).
         infinite: one endless iteration over consecutive epochs (step-based trainers).
         rank, world_size: DDP position; default from ``torch.distributed`` when initialised.
         tuning: :class:`StreamTuning`.
+        meta: the source's metadata when already loaded (skips reading ``meta/`` again).
         on_error: "raise" (default): a chunk whose files fail to read raises the error in the
             training loop (naming file, episode and frames). "skip": the chunk is skipped from
             the failed read on (:data:`SKIP_ERRORS`: missing, corrupt or undecodable files,
@@ -131,18 +129,13 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
 
     def __init__(
         self,
-        root: str | Path | None = None,
+        source: str | Path | DataSource | None = None,
         *,
-        repo_id: str | None = None,
-        revision: str | None = None,
         batch_size: int,
         seed: int = 0,
         resume_step: int = 0,
         resume_state: Mapping[str, Any] | ResumeState | None = None,
         resume_strict: bool = True,
-        chunk_frames: int = 64,
-        episodes: EpisodeSelection = None,
-        features: Sequence[str] | Mapping[str, None] | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
@@ -153,6 +146,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         tuning: StreamTuning | None = None,
         on_error: str = "raise",
         meta: DatasetMeta | None = None,
+        **source_fields: Any,
     ) -> None:
         super().__init__()
         if on_error not in ON_ERROR:
@@ -164,8 +158,8 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self.on_error = on_error
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(describe("batch_size must be a positive int", found=batch_size))
-        if chunk_frames < 1:
-            raise ValueError(describe("chunk_frames must be >= 1", found=chunk_frames))
+        self.source = src = as_source(source, source_fields, owner="ChunkedEpisodeDataset")
+        chunk_frames = src.frames_per_chunk
         check_resume_step(resume_step, batch_size)
         self.tuning = tuning or StreamTuning()
         if self.tuning.tail == "keep" and (drop_last or infinite):
@@ -178,12 +172,18 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                     "tail='drop' (default) or 'pad'",
                 )
             )
-        if meta is None and (repo_id is not None or root is None):
-            root, meta = resolve_dataset(
-                repo_id, root=root, revision=revision, episodes=episodes, features=features
+        features = src.selection()
+        if meta is None and (src.repo_id is not None or src.root is None):
+            _, meta = resolve_dataset(
+                src.repo_id,
+                root=src.root,
+                revision=src.revision,
+                episodes=src.episodes,
+                features=features,
             )
-        self.meta = (meta if meta is not None else load_metadata(root)).select(features)
-        self.episodes = select_episodes(self.meta, episodes)
+        self.meta = (meta if meta is not None else load_metadata(src.root)).select(features)
+        self.renames = check_renames(self.meta, src.renames())
+        self.episodes = select_episodes(self.meta, src.episodes)
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = drop_last
@@ -194,7 +194,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self.items = ItemBuilder(
             self.meta,
             ItemOptions(
-                delta_timestamps=delta_timestamps,
+                delta_timestamps=dataset_keys(delta_timestamps, self.renames) or None,
                 image_dtype=image_dtype,
                 image_transforms=image_transforms,
                 tolerance_s=self.tuning.tolerance_s,
@@ -361,7 +361,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             lambda float_keys: _Batches(self, "uint8" if float_keys else None),
             num_workers=num_workers,
             options=self.items.options,
-            visual_keys=self.meta.visual_keys,  # video and image features
+            visual_keys=renamed(self.meta.visual_keys, self.renames),  # video and image
             start_method=None,  # set above when WORKER_START_METHOD is
             stateful=stateful,
             **kwargs,

@@ -95,7 +95,7 @@ def test_same_frames_same_state_whatever_the_selection(roots):
     "features,pattern",
     [
         ({"nope": None}, r"names keys the dataset does not have.*Found \['nope'\]"),
-        ({CAM1: "cam"}, r"renames keys.*Fix: rename in a mix with MixSource"),
+        ({CAM1: CAM0}, r"renames a feature to the name of another feature.*Found \['"),
         (["action"], r"leaves out columns every item needs"),
         ("action", r"must name keys"),
     ],

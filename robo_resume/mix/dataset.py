@@ -78,6 +78,7 @@ source the batch came from).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -199,14 +200,13 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
         for i, src in enumerate(sources):
             self.datasets.append(
                 ChunkedEpisodeDataset(
-                    src.root,
-                    repo_id=src.repo_id,
-                    revision=src.revision,
+                    replace(
+                        src.source,
+                        features=src.source.selection(),  # the mix renames (self.renames)
+                        chunk_frames=src.chunk_frames or chunk_frames,
+                    ),
                     batch_size=batch_size,
                     seed=self.source_seed(i),
-                    chunk_frames=src.chunk_frames or chunk_frames,
-                    episodes=src.episodes,
-                    features={k: None for k, v in src.keys.items() if v is None} or None,
                     delta_timestamps=self._source_delta(i, delta_timestamps),
                     image_transforms=image_transforms,
                     image_dtype=image_dtype,

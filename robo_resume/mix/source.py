@@ -6,11 +6,12 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import describe
+from ..source import DataSource, as_source
 from ..splits import EpisodeSelection
 from ..stream.tuning import StreamTuning
 
@@ -31,31 +32,50 @@ _MIX, _SOURCE = 0x4D4958, 0x535243  # SeedSequence spawn keys ("MIX", "SRC")
 _VISUAL = ("video", "image")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class MixSource:
-    """One dataset of a mix.
+    """One dataset of a mix: where its data comes from, its weight, its tuning.
 
-    Attributes:
-        root: dataset folder (or where a Hub download goes, with ``repo_id``).
-        weight: share of the mix's batches (relative to the other sources' weights).
-        keys: this source's feature name -> mix name (None drops the feature); unmapped
-            features keep their names.
-        episodes: episode selection of this source (indices, slice string or ``Split``).
-        repo_id, revision: a Hub dataset, as in :class:`ChunkedEpisodeDataset`.
-        chunk_frames, tuning: per-source overrides of the mix's values.
+    ``MixSource(source, weight=1.0, *, tuning=None, keys=None, **source_fields)``:
+
+    - ``source``: a :class:`~robo_resume.source.DataSource` (folder or Hub repo, revision,
+      episodes, features, chunk_frames) or the dataset folder; the DataSource fields may be
+      given as keywords instead (``MixSource(root, episodes="train[:90%]")``).
+    - ``weight``: share of the mix's batches (relative to the other sources' weights), > 0.
+    - ``tuning``: a per-source :class:`StreamTuning` (None: the mix's).
+    - The source's ``features`` map its feature names to the mix's names (None drops a
+      feature, which is then never opened or decoded); unmapped features keep their names.
+      ``keys=`` is the same mapping under its earlier name. ``chunk_frames`` None: the mix's.
+
+    Attributes ``root``, ``repo_id``, ``revision``, ``episodes``, ``chunk_frames`` and ``keys``
+    read the source's fields.
     """
 
-    root: str | Path | None = None
+    source: DataSource
     weight: float = 1.0
-    keys: Mapping[str, str | None] = field(default_factory=dict)
-    episodes: EpisodeSelection = None
-    repo_id: str | None = None
-    revision: str | None = None
-    chunk_frames: int | None = None
     tuning: StreamTuning | None = None
 
-    def __post_init__(self) -> None:
-        w = self.weight
+    def __init__(
+        self,
+        source: str | Path | DataSource | None = None,
+        weight: float = 1.0,
+        *,
+        tuning: StreamTuning | None = None,
+        keys: Mapping[str, str | None] | None = None,
+        **source_fields: Any,
+    ) -> None:
+        if keys is not None:
+            if source_fields.get("features") is not None or isinstance(source, DataSource):
+                raise ValueError(
+                    describe(
+                        "MixSource got keys= and features (keys= is features' earlier name)",
+                        found=f"keys={dict(keys)!r}",
+                        fix="give the mapping once, as features= of the DataSource",
+                    )
+                )
+            source_fields["features"] = dict(keys)
+        src = as_source(source, source_fields, owner="MixSource")
+        w = weight
         if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w <= 0:
             raise ValueError(
                 describe(
@@ -64,8 +84,40 @@ class MixSource:
                     fix="give every source a weight > 0 (drop a source instead of weight 0)",
                 )
             )
-        if self.root is None and self.repo_id is None:
-            raise ValueError(describe("A mix source needs a root or a repo_id", found="neither"))
+        object.__setattr__(self, "source", src)
+        object.__setattr__(self, "weight", weight)
+        object.__setattr__(self, "tuning", tuning)
+
+    @property
+    def root(self) -> str | Path | None:
+        """The source's dataset folder."""
+        return self.source.root
+
+    @property
+    def repo_id(self) -> str | None:
+        """The source's Hub repo."""
+        return self.source.repo_id
+
+    @property
+    def revision(self) -> str | None:
+        """The source's Hub revision."""
+        return self.source.revision
+
+    @property
+    def episodes(self) -> EpisodeSelection:
+        """The source's episode selection."""
+        return self.source.episodes
+
+    @property
+    def chunk_frames(self) -> int | None:
+        """The source's chunk_frames (None: the mix's)."""
+        return self.source.chunk_frames
+
+    @property
+    def keys(self) -> dict[str, str | None]:
+        """This source's feature name -> mix name (None: dropped), from ``features``."""
+        f = self.source.features
+        return dict(f) if isinstance(f, Mapping) else {}
 
 
 def round_counts(weights: Sequence[float], period: int) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from ..errors import (
     describe,
 )
 from ..items import to_float
+from ..items.names import renamed
 from ..keys import RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
 from ..state.skips import SkipLog
@@ -136,7 +137,8 @@ class BatchLoader(torch.utils.data.DataLoader):
             if ds.ring_flags is None or not self.persistent_workers:
                 ds.ring_flags = torch.zeros((MAX_WORKERS, RING), dtype=torch.int64)
                 ds.ring_flags.share_memory_()
-            ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
+            cams = renamed(ds.dataset.meta.camera_keys, ds.dataset.renames)  # as batches name them
+            ring = (ds.ring_flags, cams)
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
             check_worker_start(self)  # spawn/forkserver: what fails in a worker, named here
         try:

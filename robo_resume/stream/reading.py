@@ -20,6 +20,7 @@ from ..index.schedule import (
     Schedule,
     Topology,
 )
+from ..items.names import rename
 from ..items.rows import rows_of
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
@@ -231,7 +232,7 @@ class _Reading:
                 if target.ticket is not None:
                     batch[RELEASE_KEY] = target.ticket
                 pending = []
-                yield batch
+                yield rename(batch, self.renames)
 
     def _worker_ring(self, flags: torch.Tensor):
         """(the loader's flag table, this worker's row, this process's buffers for it)."""
