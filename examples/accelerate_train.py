@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import send_to_device
+from tiny_policy import TinyPolicy  # examples/tiny_policy.py: the examples' model
 
 from robo_resume import ChunkedEpisodeDataset, make_dataset
-from robo_resume.demo import TinyPolicy
 
 
 def main(argv=None) -> None:

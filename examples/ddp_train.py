@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from tiny_policy import TinyPolicy  # examples/tiny_policy.py: the examples' model
 
 from robo_resume import ChunkedEpisodeDataset, load_checkpoint, make_dataset, save_checkpoint
-from robo_resume.demo import TinyPolicy
 
 
 def main(argv=None) -> None:

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import torch
+from tiny_policy import TinyPolicy  # examples/tiny_policy.py: the examples' model
 
 from robo_resume import (
     MixedDataset,
@@ -29,7 +30,6 @@ from robo_resume import (
     make_dataset,
     save_checkpoint,
 )
-from robo_resume.demo import TinyPolicy
 
 TOP = "observation.images.top"
 KEYS = (

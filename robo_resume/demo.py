@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinyPolicy", "run_demo", "train"]
+__all__ = ["run_demo", "train"]
 
 
 _last_progress: dict[str, int] = {}
@@ -43,8 +43,9 @@ def _progress(label: str, done: int, total: int) -> None:
     print(f"[demo] {label} [{bar}] {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
-def TinyPolicy(state_dim: int, action_dim: int, cameras: int):
-    """A tiny policy: a strided conv per camera, pooled, concatenated with the state, -> action."""
+def _tiny_policy(state_dim: int, action_dim: int, cameras: int):
+    """The demo's model: a strided conv per camera, pooled, concatenated with the state, ->
+    action (the examples have their own copy, examples/tiny_policy.py, to replace freely)."""
     import torch
     from torch import nn
 
@@ -89,7 +90,7 @@ def train(args: argparse.Namespace) -> int:
     sd = ds.meta.features[state_key]["shape"][0]
     ad = ds.meta.features[action_key]["shape"][0]
     torch.manual_seed(args.seed)
-    model = TinyPolicy(sd, ad, len(cams))
+    model = _tiny_policy(sd, ad, len(cams))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     step = 0
     if ckpt:
