@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning
+from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, LeRobotReader, StreamTuning
 from robo_resume.stream.loader import BatchLoader
 
 
@@ -83,6 +83,39 @@ def test_batches_equal_collated_items(
     assert_same_batches(ours, theirs)
     assert sum(len(b["index"]) for b in ours) > 0
     assert ours[0]["observation.images.cam0"].dtype == getattr(torch, image_dtype)
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "batch_size", "image_dtype", "delta"),
+    [
+        (0, 7, "float32", False),
+        (0, 5, "uint8", True),
+        (2, 8, "float32", True),
+        (2, 6, "uint8", False),
+    ],
+)
+def test_batches_equal_reader_items_collated(two_cams, num_workers, batch_size, image_dtype, delta):
+    """Independent of the stream's machinery: every batch equals ``default_collate`` of
+    :class:`LeRobotReader` items (random access, one frame at a time) at the batch's indices."""
+    dt = {"action": [0.0, 0.1, 0.2], "observation.images.cam0": [-0.1, 0.0]} if delta else None
+    kw = dict(image_dtype=image_dtype, delta_timestamps=dt)
+    ds = ChunkedEpisodeDataset(
+        two_cams,
+        batch_size=batch_size,
+        seed=4,
+        chunk_frames=10,
+        tuning=StreamTuning(block_frames=4),
+        **kw,
+    )
+    reader = LeRobotReader(two_cams, **kw)
+    ours = list(ds.dataloader(num_workers=num_workers))
+    assert len(ours) > 2
+    for batch in ours:
+        batch = dict(batch)
+        cursor = batch.pop(CURSOR_KEY)
+        assert cursor.shape == (len(batch["index"]), 5)
+        want = torch.utils.data.default_collate([reader[int(i)] for i in batch["index"]])
+        assert_same_batches([batch], [want])
 
 
 def test_batches_equal_collated_items_infinite_across_epochs(two_cams):
