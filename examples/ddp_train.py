@@ -3,6 +3,14 @@
     torchrun --standalone --nproc_per_node=2 examples/ddp_train.py --workdir /tmp/d --stop-at-step 6
     torchrun --standalone --nproc_per_node=2 examples/ddp_train.py --workdir /tmp/d --resume
 
+Several machines: one torchrun per node with ``--nnodes``, ``--node_rank`` and the address of
+node 0, e.g. two nodes of 2 processes (4 ranks), each node reading its own copy of the dataset:
+
+    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=2 --master_addr=HOST0 --master_port=29500 \
+        examples/ddp_train.py --workdir /shared/d --root /local/dataset
+    torchrun --nnodes=2 --node_rank=1 --nproc_per_node=2 --master_addr=HOST0 --master_port=29500 \
+        examples/ddp_train.py --workdir /shared/d --root /local/dataset
+
 Construct the dataset after ``init_process_group``: it takes rank and world size from
 ``torch.distributed``. ``tracker.state_dict()`` is a collective (it gathers every rank's cursors),
 so every rank calls it; rank 0 writes the checkpoint.
@@ -23,7 +31,8 @@ from robo_resume import ChunkedEpisodeDataset, load_checkpoint, make_dataset, sa
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--workdir", required=True)
+    p.add_argument("--workdir", required=True, help="checkpoint and logs (shared by all nodes)")
+    p.add_argument("--root", help="this node's copy of the dataset (default: generate one)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--num-workers", type=int, default=1)
@@ -35,8 +44,8 @@ def main(argv=None) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     work = Path(a.workdir)
-    root = work / "dataset"
-    if rank == 0 and not (root / "meta" / "info.json").exists():
+    root = Path(a.root) if a.root else work / "dataset"
+    if rank == 0 and not a.root and not (root / "meta" / "info.json").exists():
         make_dataset(root, episode_lengths=(31, 44, 27, 38), num_cameras=1)
     dist.barrier()
     ckpt = load_checkpoint(work / "ckpt.pt") if a.resume else None

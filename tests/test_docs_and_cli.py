@@ -80,6 +80,23 @@ def test_cli_inspect_factory(factory, capsys):
     assert info["missing_files"] == [] and info["unreadable_files"] == {}
 
 
+def test_cli_inspect_fingerprint_compares_copies(factory, tmp_path, capsys):
+    """Nodes with local copies compare ``robo-resume inspect``'s fingerprint line."""
+    import shutil
+
+    root = factory(num_cameras=1, episode_lengths=(9, 14, 6)).root
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    other = factory(num_cameras=1, episode_lengths=(9, 14, 7)).root
+    prints = []
+    for r in (root, copy, other):
+        assert main(["inspect", str(r), "--json"]) == 0
+        prints.append(json.loads(capsys.readouterr().out)["fingerprint"])
+    assert prints[0] == prints[1] != prints[2]
+    assert main(["inspect", str(copy)]) == 0
+    assert f"fingerprint {prints[0]} (the same on every copy" in capsys.readouterr().out
+
+
 def test_cli_plan_matches_round_robin_formula(factory, capsys):
     root = factory(num_cameras=0).root
     assert (

@@ -65,10 +65,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "missing_files": missing,
         "unreadable_files": unreadable,
         "readable_episodes": len(check.readable),
+        # equal on two copies with the same episodes and metadata (compare the nodes' copies)
+        "fingerprint": meta.fingerprint()["episodes_sha256"][:16],
     }
     lines = [
         f"{report['root']}: LeRobot {meta.version}, {meta.num_episodes} episodes, "
-        f"{meta.total_frames} frames at {meta.fps} fps, {len(meta.tasks)} task(s)"
+        f"{meta.total_frames} frames at {meta.fps} fps, {len(meta.tasks)} task(s)",
+        f"  fingerprint {report['fingerprint']} (the same on every copy of this dataset)",
     ]
     lines += [f"  feature {k}: {v}" for k, v in report["features"].items()]
     for cam, c in cams.items():
