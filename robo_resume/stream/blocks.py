@@ -24,6 +24,25 @@ reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory cos
 frame than decoding it at 480x640, because the kernel faults in and zeroes every page."""
 
 
+@dataclass(frozen=True)
+class StreamRun:
+    """One stream played from a position: what the reading methods pass each other.
+
+    ``layout`` (a :class:`~robo_resume.index.elastic.Layout`) gives the stream's groups per
+    epoch; ``stream`` is its global id, ``role`` its role on this rank among ``num_workers``;
+    it starts after ``position`` frames of ``epoch``; ``slot`` is the worker's row of the
+    epoch table (``[next epoch, started, ...]``; a private row for a mix's sources).
+    """
+
+    layout: Any
+    stream: int
+    role: int
+    num_workers: int
+    epoch: int
+    position: int
+    slot: torch.Tensor
+
+
 @dataclass
 class _Block:
     """``size`` consecutive frames of a stream: numpy parts, each with its rows in the block

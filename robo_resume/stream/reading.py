@@ -25,6 +25,7 @@ from ..items.rows import rows_of
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
 from ..stream.blocks import (
+    StreamRun,
     _assemble,
     _BatchTarget,
     _Block,
@@ -79,7 +80,7 @@ class _Reading:
         info = get_worker_info()
         if info is not None and info.id == 0 and int(self._slots[0, 1]) == 0:
             logger.info(PLAIN_LOADER_NOTE)  # once: the first stream of the first epoch
-        return self._generate(*self._start_stream())
+        return self._generate(self._start_stream())
 
     def iter_batches(
         self, *, image_dtype: str | None = None, ring: torch.Tensor | None = None
@@ -94,9 +95,9 @@ class _Reading:
         table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come from a
         ring of :data:`RING` shared-memory buffers, and each batch carries :data:`RELEASE_KEY`.
         """
-        return self._generate_batches(*self._start_stream(), image_dtype=image_dtype, ring=ring)
+        return self._generate_batches(self._start_stream(), image_dtype=image_dtype, ring=ring)
 
-    def _start_stream(self):
+    def _start_stream(self) -> StreamRun:
         bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
         info = get_worker_info()
         num_workers = info.num_workers if info is not None else 0
@@ -124,7 +125,7 @@ class _Reading:
         self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
         if resumed:
             self._log_resume(layout.view(epoch, stream), stream, epoch, position)
-        return layout, stream, role, num_workers, epoch, position, slot
+        return StreamRun(layout, stream, role, num_workers, epoch, position, slot)
 
     def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
         if position >= sched.frames_per_stream:
@@ -155,7 +156,7 @@ class _Reading:
         )
         self.items.camera_threads = max(cams, 1)
 
-    def _generate(self, sched, stream, role, num_workers, epoch, position, slot):
+    def _generate(self, run: StreamRun):
         """Items of the stream from ``(epoch, position)``, one dict per frame.
 
         The items of each of :meth:`_generate_batches`' batches (the short last one always
@@ -165,9 +166,7 @@ class _Reading:
         these batches). Images are converted once per batch, not per item.
         """
         live = self._live
-        batches = self._generate_batches(
-            sched, stream, role, num_workers, epoch, position, slot, whole_tail=True
-        )
+        batches = self._generate_batches(run, whole_tail=True)
         for batch in batches:
             cursor = batch[CURSOR_KEY]
             for i, row in enumerate(cursor.tolist()):
@@ -177,19 +176,7 @@ class _Reading:
                     for k, v in batch.items()
                 }
 
-    def _generate_batches(
-        self,
-        sched,
-        stream,
-        role,
-        num_workers,
-        epoch,
-        position,
-        slot,
-        image_dtype=None,
-        ring=None,
-        whole_tail=False,
-    ):
+    def _generate_batches(self, run: StreamRun, image_dtype=None, ring=None, whole_tail=False):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
         A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
@@ -209,9 +196,7 @@ class _Reading:
             final=(image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None,
             ring=self._worker_ring(ring) if ring is not None and shared else None,
         )
-        blocks = self._blocks(
-            sched, stream, role, num_workers, epoch, position, slot, lambda: b - target.have, target
-        )
+        blocks = self._blocks(run, lambda: b - target.have, target)
         for block in blocks:
             if block.size:
                 pending.append(block)
@@ -248,15 +233,18 @@ class _Reading:
                     return {k: v[:0] for k, v in r.raw(range(1)).items()}
         return {}
 
-    def _blocks(self, sched, stream, role, num_workers, epoch, position, slot, room, into=None):
+    def _blocks(self, run: StreamRun, room, into=None):
         """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
 
         ``room()`` is the largest block the consumer wants next (blocks never cross it);
         ``into`` (a :class:`_BatchTarget`) takes the cameras' frames straight into its buffers.
-        ``sched`` is a :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after an
-        elastic resume, then the schedule's epochs) or a plain :class:`Schedule`.
+        ``run.layout`` is a :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after
+        an elastic resume, then the schedule's epochs) or a plain :class:`Schedule`.
         """
+        sched = run.layout
         layout = sched if isinstance(sched, Layout) else Layout(sched)
+        stream, role, num_workers, slot = run.stream, run.role, run.num_workers, run.slot
+        epoch, position = run.epoch, run.position
         while True:
             slot[0] = epoch + 1
             if position < layout.length(epoch, stream):
@@ -390,5 +378,6 @@ class _Reading:
             self._log_resume(layout.view(epoch, stream), stream, epoch, position)
         slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
         return self._generate_batches(
-            layout, stream, role, num_workers, epoch, position, slot, image_dtype=image_dtype
+            StreamRun(layout, stream, role, num_workers, epoch, position, slot),
+            image_dtype=image_dtype,
         )
