@@ -86,7 +86,7 @@ def digest(i: int) -> dict:
     for epoch in (0, 2):
         for g in range(topo.num_streams):
             h.update(f"stream {g};".encode())
-            for grp, off in sched.iter_groups(epoch, g, 0):
+            for grp, _off in sched.iter_groups(epoch, g, 0):
                 h.update(json.dumps([[_segment(s) for s in grp.segments], grp.position]).encode())
                 h.update(grp.order.astype("<i8").tobytes())
             n = sched.length(g)
