@@ -81,6 +81,35 @@ class ScheduleConfig:
             )
 
 
+class EpochCache:
+    """``fn(epoch, stream)`` remembered for the newest epoch asked only, and for at most
+    ``streams`` streams of it (the least recently used is forgotten first): flat memory across
+    epochs, whatever the number of streams."""
+
+    def __init__(self, fn, *, streams: int) -> None:
+        self._fn = fn
+        self._streams = streams
+        self._epoch: int | None = None
+        self._values: dict[int, object] = {}
+
+    def __call__(self, epoch: int, stream: int):
+        if epoch != self._epoch:
+            self._epoch, self._values = epoch, {}
+        if stream in self._values:
+            value = self._values.pop(stream)
+        else:
+            value = self._fn(epoch, stream)
+            while len(self._values) >= self._streams:
+                self._values.pop(next(iter(self._values)))
+        self._values[stream] = value
+        return value
+
+    @property
+    def currsize(self) -> int:
+        """Entries held."""
+        return len(self._values)
+
+
 @dataclass(frozen=True, eq=False)
 class Group:
     """Segments read together; ``order[i]`` is the segment that emits the group's i-th frame."""
@@ -127,8 +156,7 @@ class Schedule:
             raise ValueError("the plan has no chunks; expected at least one episode")
         self.config = config
         self.topology = topology
-        self._lengths = self.chunks.lengths
-        self.total_frames = int(self._lengths.sum())
+        self.total_frames = int(self.chunks.lengths.sum())
         s = topology.num_streams
         b = config.batch_size
         if config.tail == "keep":
@@ -163,11 +191,12 @@ class Schedule:
         self._caches()
 
     def _caches(self) -> None:
-        # Bounded, so memory stays flat across epochs: the epoch layout (two int64 arrays of
-        # the plan's length) of the newest epoch only; a few streams' segments (a worker reads
-        # one; robo-resume plan and the elastic leftover visit the streams one after another).
-        self.segments = functools.lru_cache(maxsize=8)(self._segments)
-        self._group_starts = functools.lru_cache(maxsize=8)(self._group_starts_uncached)
+        # Bounded, so memory stays flat across epochs: the epoch layout (a permutation and the
+        # prefix sums, 12 bytes per chunk) of the newest epoch only; of that epoch only, a few
+        # streams' segments (a worker reads one; robo-resume plan and the elastic leftover
+        # visit the streams one after another).
+        self.segments = EpochCache(self._segments, streams=4)
+        self._group_starts = EpochCache(self._group_starts_uncached, streams=4)
         self._epoch_layout = functools.lru_cache(maxsize=1)(self._epoch_layout_uncached)
 
     def __getstate__(self):
@@ -194,7 +223,10 @@ class Schedule:
     def _epoch_layout_uncached(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.chunks)
         perm = self._rng(epoch, _PERMUTE).permutation(n) if self.config.shuffle else np.arange(n)
-        offsets = np.concatenate(([0], np.cumsum(self._lengths[perm])))
+        plan = self.chunks
+        offsets = np.concatenate(([0], np.cumsum(plan.stop[perm] - plan.start[perm])))
+        if n < 2**31:  # half the memory; the values are the same
+            perm = perm.astype(np.int32)
         return perm, offsets
 
     def _segments(self, epoch: int, stream: int) -> Segments:
