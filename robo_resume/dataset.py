@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -34,7 +35,7 @@ from .errors import (
 from .format.metadata import DatasetMeta, load_metadata
 from .hub import resolve_dataset
 from .index.elastic import Layout, Level
-from .index.plan import Chunk, EpisodeSpan, make_chunks, plan_fingerprint
+from .index.plan import EpisodeSpans, Plan, make_chunks, plan_fingerprint
 from .index.schedule import (
     Schedule,
     ScheduleConfig,
@@ -77,6 +78,17 @@ torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
 
 def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def episode_spans(meta: DatasetMeta, episodes: Sequence[int]) -> EpisodeSpans:
+    """The planning columns ``(episode_index, dataset_from_index, length)`` of ``episodes`` (in
+    that order), as int64 arrays: the one place the plan reads ``meta``."""
+    rows = [meta.episode(e) for e in episodes]
+    return EpisodeSpans(
+        np.asarray(episodes, dtype=np.int64).reshape(-1),
+        np.fromiter((r.dataset_from_index for r in rows), dtype=np.int64, count=len(rows)),
+        np.fromiter((r.length for r in rows), dtype=np.int64, count=len(rows)),
+    )
 
 
 class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
@@ -201,12 +213,10 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 decoder_threads=self.tuning.decoder_threads,
             ),
         )
-        spans = [
-            EpisodeSpan(e, self.meta.episode(e).dataset_from_index, self.meta.episode(e).length)
-            for e in self.episodes
-        ]
+        spans = episode_spans(self.meta, self.episodes)
+        self.total_frames = int(spans.length.sum())
         cuts = self._keyframe_cuts() if self.tuning.cut_at_keyframes else None
-        self.chunks: tuple[Chunk, ...] = make_chunks(spans, chunk_frames, cut_points=cuts)
+        self.chunks: Plan = make_chunks(spans, chunk_frames, cut_points=cuts)
         self.config = ScheduleConfig(
             seed=seed,
             batch_size=batch_size,
@@ -215,26 +225,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             interleave=self.tuning.interleave,
             shuffle=self.tuning.shuffle,
         )
-        self.fingerprint = {
-            "dataset": self.meta.fingerprint()["episodes_sha256"],
-            "total_frames": sum(s.length for s in spans),
-            "episodes": _hash(list(self.episodes)),
-            "plan": plan_fingerprint(self.chunks)[:16],
-            "seed": seed,
-            "batch_size": batch_size,
-            "drop_last": drop_last,
-            "tail": self.tuning.tail,
-            "interleave": self.tuning.interleave,
-            "shuffle": self.tuning.shuffle,
-            "mode": "infinite" if infinite else "epoch",
-            "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
-                "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
-                f"{self.meta.total_frames} frames)",
-                "episodes": format_ranges(self.episodes, limit=120),
-                "plan": f"chunk_frames {chunk_frames}"
-                + (", cut at keyframes" if self.tuning.cut_at_keyframes else ""),
-            },
-        }
+        self._fingerprint: dict[str, Any] | None = None
         self.use_resume_state(resume_state, strict=resume_strict)
         # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
@@ -243,6 +234,43 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What a resume state must match: dataset, selection, plan and schedule options.
+
+        Computed on first use (hashing a plan of 10^6 episodes takes about a second; ``robo-resume
+        plan`` and a run that never saves or loads a state do not need it), then kept.
+        """
+        if self._fingerprint is None:
+            self._fingerprint = self._make_fingerprint()
+        return self._fingerprint
+
+    @fingerprint.setter
+    def fingerprint(self, value: dict[str, Any]) -> None:
+        self._fingerprint = value
+
+    def _make_fingerprint(self) -> dict[str, Any]:
+        return {
+            "dataset": self.meta.fingerprint()["episodes_sha256"],
+            "total_frames": self.total_frames,
+            "episodes": _hash(list(self.episodes)),
+            "plan": plan_fingerprint(self.chunks)[:16],
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "tail": self.tuning.tail,
+            "interleave": self.tuning.interleave,
+            "shuffle": self.tuning.shuffle,
+            "mode": "infinite" if self.infinite else "epoch",
+            "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
+                "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
+                f"{self.meta.total_frames} frames)",
+                "episodes": format_ranges(self.episodes, limit=120),
+                "plan": f"chunk_frames {self.chunk_frames}"
+                + (", cut at keyframes" if self.tuning.cut_at_keyframes else ""),
+            },
+        }
 
     def use_resume_state(
         self, state: Mapping[str, Any] | ResumeState | None, *, strict: bool = True
@@ -334,6 +362,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                         fix=f"set {bad} on the dataset (or build the DataLoader yourself)",
                     )
                 )
+        self.fingerprint  # noqa: B018 (computed once here, so that no worker hashes the plan again)
         if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
             kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
         if "collate_fn" in kwargs and stateful:

@@ -11,25 +11,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Each stream's resume cursor after ``--step`` batches, computed without reading data."""
     from ..dataset import ChunkedEpisodeDataset
     from ..index.schedule import Topology
+    from ..index.start import resume_point
 
     streams = []
     episodes = _episodes(args.episodes, args.root)
+    # One dataset (rank 0) holds the plan and the schedule, which are the same on every rank;
+    # each rank's start point is resume_point() of the same schedule with its rank (what
+    # ChunkedEpisodeDataset.start_point does without a resume state).
+    ds = ChunkedEpisodeDataset(
+        args.root,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        chunk_frames=args.chunk_frames,
+        episodes=episodes,
+        resume_step=args.step * args.batch_size,
+        infinite=args.infinite,
+        rank=0,
+        world_size=args.world_size,
+    )
+    sched = ds.schedule(args.num_workers)
+    wp = max(args.num_workers, 1)
+    topo = Topology(args.world_size, args.num_workers)
     for rank in range(args.world_size):
-        ds = ChunkedEpisodeDataset(
-            args.root,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            chunk_frames=args.chunk_frames,
-            episodes=episodes,
-            resume_step=args.step * args.batch_size,
-            infinite=args.infinite,
-            rank=rank,
-            world_size=args.world_size,
-        )
-        sched = ds.schedule(args.num_workers)
-        rotation, starts, _ = ds.start_point(args.num_workers)
-        wp = max(args.num_workers, 1)
-        topo = Topology(args.world_size, args.num_workers)
+        rp = resume_point(sched, args.step, infinite=args.infinite, rank=rank)
+        rotation, starts = rp.rotation, [(s.epoch, s.position) for s in rp.starts]
         for worker in range(wp):
             role = (worker + rotation) % wp
             epoch, pos = starts[role]

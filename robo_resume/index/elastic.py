@@ -58,8 +58,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ResumeStateError, describe
-from .plan import Chunk
+from .plan import Chunk, Plan
 from .schedule import Group, Schedule, ScheduleConfig, Segment, Topology, stream_lengths
+from .schedule import _group_starts as group_starts
+from .segments import NO_EPOCH, Segments
 
 __all__ = [
     "Layout",
@@ -102,15 +104,15 @@ class Remainder:
     def __init__(
         self,
         epoch: int,
-        streams: Sequence[Sequence[Segment]],
+        streams: Sequence[Segments | Sequence[Segment]],
         config: ScheduleConfig,
         level: int,
     ) -> None:
         self.epoch = epoch
         self.config = config
         self.level = level
-        self.lengths = tuple(sum(s.length for s in segs) for segs in streams)
-        self._streams = tuple(tuple(s) for s in streams)
+        self._streams = tuple(Segments.of(s) for s in streams)
+        self.lengths = tuple(s.frames() for s in self._streams)
         self._caches()
 
     def _caches(self) -> None:
@@ -132,23 +134,20 @@ class Remainder:
             np.random.SeedSequence(entropy=self.config.seed, spawn_key=(self.epoch, *key))
         )
 
-    def _segments(self, stream: int) -> tuple[Segment, ...]:
+    def _segments(self, stream: int) -> Segments:
         segs = self._streams[stream]
         if self.config.shuffle and len(segs) > 1:
-            order = self._rng(_REMAINDER, self.level, stream).permutation(len(segs))
-            segs = tuple(segs[i] for i in order)
+            segs = segs[self._rng(_REMAINDER, self.level, stream).permutation(len(segs))]
         return segs
 
     def _starts_uncached(self, stream: int) -> np.ndarray:
-        segs, size = self.segments(stream), self.config.interleave
-        lengths = [sum(s.length for s in segs[i : i + size]) for i in range(0, len(segs), size)]
-        return np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+        return group_starts(self.segments(stream), self.config.interleave)
 
     def group(self, stream: int, index: int) -> Group:
         """Group ``index`` of the stream, with its seeded interleave order."""
         size = self.config.interleave
-        members = self.segments(stream)[index * size : (index + 1) * size]
-        order = np.repeat(np.arange(len(members), dtype=np.int64), [s.length for s in members])
+        members = self.segments(stream).objects(index * size, (index + 1) * size)
+        order = np.repeat(np.arange(len(members), dtype=np.int64), [m.length for m in members])
         if self.config.shuffle and len(members) > 1:
             order = self._rng(_REMAINDER_GROUP, self.level, stream, index).permutation(order)
         return Group(members, order, int(self._starts(stream)[index]))
@@ -206,23 +205,42 @@ class Layout:
             return position
         return self.remainder.lengths[stream] + (epoch - x - 1) * q + position
 
-    def rest(self, epoch: int, stream: int, position: int, through: int) -> list[Segment]:
+    def rest(self, epoch: int, stream: int, position: int, through: int) -> Segments:
         """Segments the stream has left from ``(epoch, position)`` to the end of ``through``."""
-        out: list[Segment] = []
-        for e in range(epoch, through + 1):
-            for group, offset in self.iter_groups(e, stream, position if e == epoch else 0):
-                done = np.bincount(group.order[:offset], minlength=len(group.segments))
-                for seg, d in zip(group.segments, done.tolist(), strict=True):
-                    if d < seg.length:
-                        out.append(
-                            dataclasses.replace(
-                                seg,
-                                start=seg.start + d,
-                                dataset_from_index=seg.dataset_from_index + d,
-                                epoch=e if seg.epoch is None else seg.epoch,
-                            )
-                        )
-        return out
+        return Segments.concat(
+            [
+                self._rest_of(e, stream, position if e == epoch else 0)
+                for e in range(epoch, through + 1)
+            ]
+        )
+
+    def _rest_of(self, epoch: int, stream: int, position: int) -> Segments:
+        """What a stream-epoch has left from ``position``: in the group holding it, per segment
+        the frames after the ``np.bincount(order[:offset])`` emitted; then every later segment.
+        Each segment carries the epoch it belongs to (its own label in a remainder)."""
+        if position >= self.length(epoch, stream):
+            return Segments.empty()
+        if self.remainder is not None and epoch == self.remainder.epoch:
+            rem = self.remainder
+            segs, starts = rem.segments(stream), rem._starts(stream)
+            group = functools.partial(rem.group, stream)
+        else:
+            sched = self.schedule
+            segs, starts = sched.segments(epoch, stream), sched._group_starts(epoch, stream)
+            group = functools.partial(sched.group, epoch, stream)
+        g = int(np.searchsorted(starts, position, side="right")) - 1
+        size = self.schedule.config.interleave
+        grp = group(g)
+        done = np.bincount(grp.order[: position - int(starts[g])], minlength=len(grp.segments))
+        rows = segs[g * size :]
+        done = np.concatenate((done, np.zeros(len(rows) - len(done), dtype=np.int64)))
+        left = done < rows.lengths
+        rows, done = rows[np.flatnonzero(left)], done[left]
+        return rows.replace(
+            start=rows.start + done,
+            dataset_from_index=rows.dataset_from_index + done,
+            epoch=np.where(rows.epoch == NO_EPOCH, epoch, rows.epoch),
+        )
 
     def view(self, epoch: int, stream: int) -> _View:
         """An object with ``frames_per_stream`` and ``iter_groups`` for one stream-epoch."""
@@ -243,26 +261,34 @@ class _View:
         return self.layout.iter_groups(epoch, stream, position)
 
 
-def split_segments(segments: Sequence[Segment], lengths: Sequence[int]) -> list[list[Segment]]:
+def split_segments(
+    segments: Segments | Sequence[Segment], lengths: Sequence[int]
+) -> list[Segments]:
     """Cut the sequence into consecutive pieces of ``lengths`` frames (the rest is dropped)."""
-    out: list[list[Segment]] = []
-    it = iter(segments)
-    cur: Segment | None = None
-    for n in lengths:
-        piece: list[Segment] = []
-        while n > 0:
-            if cur is None:
-                cur = next(it)
-            take = min(n, cur.length)
-            piece.append(dataclasses.replace(cur, stop=cur.start + take))
-            n -= take
-            if take == cur.length:
-                cur = None
-            else:
-                cur = dataclasses.replace(
-                    cur, start=cur.start + take, dataset_from_index=cur.dataset_from_index + take
-                )
-        out.append(piece)
+    segs = Segments.of(segments)
+    ends = np.cumsum(segs.lengths)
+    firsts = ends - segs.lengths  # frame offset of each segment in the sequence
+    bounds = np.concatenate(([0], np.cumsum(np.asarray(lengths, dtype=np.int64))))
+    if bounds[-1] > (ends[-1] if len(ends) else 0):
+        raise ValueError(f"pieces of {int(bounds[-1])} frames from {int(ends[-1])} frames")
+    lo_rows = np.searchsorted(ends, bounds[:-1], side="right")
+    hi_rows = np.searchsorted(firsts, bounds[1:], side="left")
+    out: list[Segments] = []
+    for i, (r0, r1) in enumerate(zip(lo_rows.tolist(), hi_rows.tolist(), strict=True)):
+        if bounds[i] == bounds[i + 1]:
+            out.append(Segments.empty())
+            continue
+        piece = segs[r0:r1]
+        at = firsts[r0:r1]
+        cut_lo = np.maximum(bounds[i] - at, 0)
+        cut_hi = np.minimum(bounds[i + 1] - at, piece.lengths)
+        out.append(
+            piece.replace(
+                start=piece.start + cut_lo,
+                stop=piece.start + cut_hi,
+                dataset_from_index=piece.dataset_from_index + cut_lo,
+            )
+        )
     return out
 
 
@@ -312,7 +338,7 @@ def check_positions(
 
 
 def build_layout(
-    chunks: Sequence[Chunk],
+    chunks: Plan | Sequence[Chunk],
     config: ScheduleConfig,
     levels: Sequence[Level],
     *,
@@ -330,16 +356,16 @@ def build_layout(
 
 
 def _remainder_layout(
-    chunks: Sequence[Chunk],
+    chunks: Plan | Sequence[Chunk],
     config: ScheduleConfig,
-    segs: Sequence[Segment],
+    segs: Segments,
     old: Level,
     top: Level,
     level: int,
     infinite: bool,
 ) -> Layout:
     assert top.epoch is not None
-    total = sum(s.length for s in segs)
+    total = segs.frames()
     lengths = stream_lengths(
         total, top.topology, top.batch_size, infinite=infinite, drop_last=config.drop_last
     )
@@ -388,7 +414,7 @@ class Replan:
 
 
 def replan(
-    chunks: Sequence[Chunk],
+    chunks: Plan | Sequence[Chunk],
     config: ScheduleConfig,
     chain: Sequence[Level],
     new: Level,
@@ -446,14 +472,24 @@ def replan(
     segs = leftover(below, cursors, x)
     layout = _remainder_layout(chunks, config, segs, old, target, len(chain), infinite)
     assert layout.remainder is not None
-    total = sum(s.length for s in segs)
+    total = segs.frames()
     return Replan(layout, x, tuple(chain), total, total - sum(layout.remainder.lengths))
 
 
-def leftover(layout: Layout, cursors: dict[int, tuple[int, int]], through: int) -> list[Segment]:
-    """Every segment the streams of ``layout`` have left up to the end of epoch ``through``."""
-    out: list[Segment] = []
-    for g in sorted(cursors):
-        e, p = cursors[g]
-        out.extend(layout.rest(e, g, p, through))
-    return out
+def leftover(layout: Layout, cursors: dict[int, tuple[int, int]], through: int) -> Segments:
+    """Every segment the streams of ``layout`` have left up to the end of epoch ``through``,
+    stream by stream (global stream order), each stream's epochs in order.
+
+    Computed epoch by epoch (the schedule keeps one epoch's layout at a time), then put in
+    stream order.
+    """
+    parts: dict[tuple[int, int], Segments] = {}
+    first = min((e for e, _ in cursors.values()), default=through)
+    for e in range(first, through + 1):
+        for g in sorted(cursors):
+            ce, p = cursors[g]
+            if ce <= e:
+                parts[g, e] = layout._rest_of(e, g, p if e == ce else 0)
+    return Segments.concat(
+        [parts[g, e] for g in sorted(cursors) for e in range(cursors[g][0], through + 1)]
+    )

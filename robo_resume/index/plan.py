@@ -1,25 +1,39 @@
 """Planning: cut episodes into chunks of contiguous frames. Pure data, no I/O.
 
-A :class:`Chunk` is ``(episode_index, start, stop)``: at most ``chunk_frames`` consecutive frames
-of one episode, read with one parquet range read and one video seek. Chunks cover every frame
-exactly once, in episode then frame order. With ``cut_points`` (the video keyframes), chunks end
-on a keyframe where possible, so the next chunk's seek lands exactly on its first frame.
+A chunk is ``(episode_index, start, stop)``: at most ``chunk_frames`` consecutive frames of one
+episode, read with one parquet range read and one video seek. Chunks cover every frame exactly
+once, in episode then frame order. With ``cut_points`` (the video keyframes), chunks end on a
+keyframe where possible, so the next chunk's seek lands exactly on its first frame.
+
+The plan is columns (:class:`Plan`: four int64 arrays), never one Python object per chunk: a
+dataset of 10^6 episodes has about 5x10^6 chunks. Indexing a plan gives a :class:`Chunk` for
+code that wants one.
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from ..errors import DatasetFormatError, describe
 
-__all__ = ["MAX_PLAN_CHUNKS", "Chunk", "EpisodeSpan", "make_chunks", "plan_fingerprint"]
+__all__ = [
+    "MAX_PLAN_CHUNKS",
+    "Chunk",
+    "EpisodeSpan",
+    "EpisodeSpans",
+    "Plan",
+    "make_chunks",
+    "plan_fingerprint",
+]
 
 MAX_PLAN_CHUNKS = 2**26
-"""Most chunks a plan may hold (one small object each: about 10 GB at the limit). The count is
-computed from the lengths before anything is allocated, so a plan beyond it fails at once."""
+"""Most chunks a plan may hold (four int64 columns: 2 GB at the limit). The count is computed
+from the lengths before anything is allocated, so a plan beyond it fails at once."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,34 @@ class EpisodeSpan:
     episode_index: int
     dataset_from_index: int
     length: int
+
+
+class EpisodeSpans(NamedTuple):
+    """The episodes to plan, as three int64 arrays of equal length (one row per episode)."""
+
+    episode_index: np.ndarray
+    dataset_from_index: np.ndarray
+    length: np.ndarray
+
+    @classmethod
+    def of(cls, episodes: EpisodeSpans | Sequence[EpisodeSpan]) -> EpisodeSpans:
+        """``episodes`` as columns: an :class:`EpisodeSpans` (arrays copied to int64 only when
+        needed), a 3-tuple of arrays, or a sequence of :class:`EpisodeSpan`."""
+        if isinstance(episodes, EpisodeSpans) or (
+            isinstance(episodes, tuple)
+            and len(episodes) == 3
+            and all(isinstance(a, np.ndarray) for a in episodes)
+        ):
+            e, d, n = (np.asarray(a, dtype=np.int64).reshape(-1) for a in episodes)
+        else:
+            e = np.fromiter((s.episode_index for s in episodes), dtype=np.int64)
+            d = np.fromiter((s.dataset_from_index for s in episodes), dtype=np.int64)
+            n = np.fromiter((s.length for s in episodes), dtype=np.int64)
+        if not len(e) == len(d) == len(n):
+            raise ValueError(
+                f"episode columns must have equal lengths; found {len(e)}, {len(d)}, {len(n)}"
+            )
+        return cls(e, d, n)
 
 
 @dataclass(frozen=True)
@@ -46,58 +88,236 @@ class Chunk:
         return self.stop - self.start
 
 
+class Plan:
+    """The chunks of a plan as four int64 columns, in episode then frame order.
+
+    Row ``i`` is chunk ``i`` (its ``chunk_id`` in the schedule). ``plan[i]`` is a :class:`Chunk`,
+    ``plan[a:b]`` a :class:`Plan`; iterating yields :class:`Chunk` s (one object per chunk: for
+    small plans and tests). The arrays are read-only and shared, never copied per worker.
+    """
+
+    __slots__ = ("_fingerprint", "dataset_from_index", "episode_index", "start", "stop")
+
+    def __init__(
+        self,
+        episode_index: np.ndarray,
+        start: np.ndarray,
+        stop: np.ndarray,
+        dataset_from_index: np.ndarray,
+    ) -> None:
+        cols = [
+            np.asarray(a, dtype=np.int64).reshape(-1)
+            for a in (episode_index, start, stop, dataset_from_index)
+        ]
+        if len({len(a) for a in cols}) != 1:
+            raise ValueError(
+                f"plan columns must have equal lengths; found {[len(a) for a in cols]}"
+            )
+        for a in cols:
+            a.flags.writeable = False
+        self.episode_index, self.start, self.stop, self.dataset_from_index = cols
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def from_chunks(cls, chunks: Plan | Sequence[Chunk]) -> Plan:
+        """``chunks`` as a :class:`Plan` (a plan is returned as it is)."""
+        if isinstance(chunks, Plan):
+            return chunks
+        return cls(
+            *(
+                np.fromiter((getattr(c, k) for c in chunks), dtype=np.int64, count=len(chunks))
+                for k in ("episode_index", "start", "stop", "dataset_from_index")
+            )
+        )
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Frames per chunk (``stop - start``), a new int64 array."""
+        return self.stop - self.start
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Plan(
+                self.episode_index[i], self.start[i], self.stop[i], self.dataset_from_index[i]
+            )
+        return Chunk(
+            int(self.episode_index[i]),
+            int(self.start[i]),
+            int(self.stop[i]),
+            int(self.dataset_from_index[i]),
+        )
+
+    def __iter__(self) -> Iterator[Chunk]:
+        cols = (self.episode_index, self.start, self.stop, self.dataset_from_index)
+        for e, a, b, d in zip(*(c.tolist() for c in cols), strict=True):
+            yield Chunk(e, a, b, d)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return len(self) == len(other) and all(
+            np.array_equal(getattr(self, k), getattr(other, k))
+            for k in ("episode_index", "start", "stop", "dataset_from_index")
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Plan({len(self)} chunks, {int(self.lengths.sum())} frames)"
+
+    def fingerprint(self) -> str:
+        """:func:`plan_fingerprint` of the plan (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = _fingerprint_columns(
+                (self.episode_index, self.start, self.stop, self.dataset_from_index)
+            )
+        return self._fingerprint
+
+
 def make_chunks(
-    episodes: Sequence[EpisodeSpan],
+    episodes: EpisodeSpans | Sequence[EpisodeSpan],
     chunk_frames: int,
     *,
     cut_points: Mapping[int, Sequence[int]] | None = None,
-) -> tuple[Chunk, ...]:
-    """Cut episodes into chunks of at most ``chunk_frames`` frames.
+) -> Plan:
+    """Cut episodes into chunks of at most ``chunk_frames`` frames; the :class:`Plan`.
 
-    ``cut_points[episode_index]`` (sorted frame indices, typically keyframes) lets a chunk end at
-    the last cut point ``c`` with ``start < c <= start + chunk_frames``; without one in reach
-    the chunk is ``chunk_frames`` long. Raises ValueError for a non-positive ``chunk_frames`` or
-    an episode with no frames.
+    ``episodes``: :class:`EpisodeSpans` columns (or :class:`EpisodeSpan` s), in plan order.
+    ``cut_points[episode_index]`` (frame indices, typically keyframes) lets a chunk end at the
+    last cut point ``c`` with ``start < c <= start + chunk_frames``; without one in reach the
+    chunk is ``chunk_frames`` long. Raises ValueError for a non-positive ``chunk_frames`` or an
+    episode with no frames, DatasetFormatError for a plan over :data:`MAX_PLAN_CHUNKS`.
+    Vectorised: cost O(chunks) in numpy, plus one numpy pass per chunk of the longest episode
+    when there are cut points.
     """
     if not isinstance(chunk_frames, int) or chunk_frames < 1:
         raise ValueError(f"chunk_frames must be a positive int; found {chunk_frames!r}")
-    count = sum(-(-max(ep.length, 0) // chunk_frames) for ep in episodes)  # at least this many
+    spans = EpisodeSpans.of(episodes)
+    lengths = spans.length
+    per = -(-np.maximum(lengths, 0) // chunk_frames)
+    count = int(per.sum())  # at least this many
     if count > MAX_PLAN_CHUNKS:
-        longest = max(episodes, key=lambda ep: ep.length)
+        longest = int(np.argmax(lengths))
         raise DatasetFormatError(
             describe(
                 "The plan would be too large to hold",
                 expected=f"at most {MAX_PLAN_CHUNKS} chunks",
                 found=f"at least {count} chunks (episode lengths / chunk_frames={chunk_frames}; "
-                f"the longest episode has {longest.length} frames)",
-                episode=longest.episode_index,
+                f"the longest episode has {int(lengths[longest])} frames)",
+                episode=int(spans.episode_index[longest]),
                 fix="check the episode lengths in meta/ (a damaged length?), or raise chunk_frames",
             )
         )
-    chunks: list[Chunk] = []
-    for ep in episodes:
-        if ep.length <= 0:
-            raise ValueError(
-                f"Episode {ep.episode_index} has {ep.length} frames; expected at least 1. "
-                "Fix: leave it out with episodes=[...]."
-            )
-        cuts = sorted(cut_points.get(ep.episode_index, ())) if cut_points else []
-        start = 0
-        while start < ep.length:
-            limit = min(start + chunk_frames, ep.length)
-            stop = limit
-            if cuts and limit < ep.length:
-                j = bisect.bisect_right(cuts, limit) - 1
-                if j >= 0 and cuts[j] > start:
-                    stop = cuts[j]
-            chunks.append(Chunk(ep.episode_index, start, stop, ep.dataset_from_index + start))
-            start = stop
-    return tuple(chunks)
+    bad = np.flatnonzero(lengths <= 0)
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(
+            f"Episode {int(spans.episode_index[i])} has {int(lengths[i])} frames; expected at "
+            "least 1. Fix: leave it out with episodes=[...]."
+        )
+    keys = _cut_keys(spans, cut_points) if cut_points else None
+    if keys is None or not len(keys):
+        row = np.repeat(np.arange(len(lengths)), per)
+        first = np.cumsum(per) - per
+        start = (np.arange(count, dtype=np.int64) - first[row]) * chunk_frames
+        stop = np.minimum(start + chunk_frames, lengths[row])
+    else:
+        row, start, stop = _cut_chunks(lengths, chunk_frames, keys)
+    return Plan(spans.episode_index[row], start, stop, spans.dataset_from_index[row] + start)
 
 
-def plan_fingerprint(chunks: Sequence[Chunk]) -> str:
-    """Stable sha256 hex digest of the chunk list (changes when any chunk changes)."""
+def _cut_keys(spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int]]) -> np.ndarray:
+    """The cut points that can end a chunk (``0 < c < length``) as sorted global keys
+    ``offset[row] + c`` (``offset``: the cumulative lengths), one array for all episodes."""
+    offset = np.cumsum(spans.length) - spans.length
+    rows = {int(e): i for i, e in enumerate(spans.episode_index.tolist()) if int(e) in cut_points}
+    parts = []
+    for e, i in rows.items():
+        c = np.asarray(list(cut_points[e]), dtype=np.int64)
+        c = c[(c > 0) & (c < spans.length[i])]
+        parts.append(c + offset[i])
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _cut_chunks(
+    lengths: np.ndarray, chunk_frames: int, keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Chunks with cut points: every episode advances one chunk per round (vectorised over the
+    episodes still open), so the rounds are the chunks of the longest episode."""
+    offset = np.cumsum(lengths) - lengths
+    rows_out, starts_out, stops_out = [], [], []
+    rows = np.arange(len(lengths))
+    start = np.zeros(len(lengths), dtype=np.int64)
+    while len(rows):
+        n, off = lengths[rows], offset[rows]
+        limit = np.minimum(start + chunk_frames, n)
+        stop = limit.copy()
+        inner = limit < n
+        j = np.searchsorted(keys, off + limit, side="right") - 1
+        ok = inner & (j >= 0)
+        at = keys[np.maximum(j, 0)]
+        ok &= at > off + start
+        stop[ok] = at[ok] - off[ok]
+        rows_out.append(rows)
+        starts_out.append(start)
+        stops_out.append(stop)
+        more = stop < n
+        rows, start = rows[more], stop[more]
+    row = np.concatenate(rows_out)
+    start = np.concatenate(starts_out)
+    stop = np.concatenate(stops_out)
+    order = np.lexsort((start, row))  # episode then frame order
+    return row[order], start[order], stop[order]
+
+
+def plan_fingerprint(chunks: Plan | Sequence[Chunk]) -> str:
+    """Stable sha256 hex digest of the chunk list (changes when any chunk changes).
+
+    The digest of the text ``"{episode_index},{start},{stop},{dataset_from_index};"`` per chunk,
+    in plan order (the value resume states carry since the first release). Computed from the
+    columns in blocks, without a Python object or string per chunk.
+    """
+    if isinstance(chunks, Plan):
+        return chunks.fingerprint()
+    return Plan.from_chunks(chunks).fingerprint()
+
+
+_BLOCK = 1 << 16  # rows per hashed block: a few MB of text at a time
+_DIGITS4 = np.frombuffer(
+    "".join(f"{i:04d}" for i in range(10_000)).encode(), dtype=np.uint8
+).reshape(10_000, 4)
+_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
+
+
+def _fingerprint_columns(cols: Sequence[np.ndarray]) -> str:
     h = hashlib.sha256()
-    for c in chunks:
-        h.update(f"{c.episode_index},{c.start},{c.stop},{c.dataset_from_index};".encode())
+    if any(len(c) and int(c.min()) < 0 for c in cols):  # never in a real plan: the plain way
+        for row in zip(*(c.tolist() for c in cols), strict=True):
+            h.update(("{},{},{},{};".format(*row)).encode())
+        return h.hexdigest()
+    pieces = [
+        max(1, -(-(1 + int(np.searchsorted(_POW10, c.max(), "right"))) // 4)) if len(c) else 1
+        for c in cols
+    ]
+    width = sum(4 * p + 1 for p in pieces)
+    seps = np.frombuffer(b",,,;", dtype=np.uint8)
+    for lo in range(0, len(cols[0]), _BLOCK):
+        block = [c[lo : lo + _BLOCK] for c in cols]
+        n = len(block[0])
+        text = np.empty((n, width), dtype=np.uint8)
+        keep = np.ones((n, width), dtype=bool)
+        at = 0
+        for k, (v, p) in enumerate(zip(block, pieces, strict=True)):
+            for q in range(p):
+                part = (v // 10 ** (4 * (p - 1 - q))) % 10_000
+                text[:, at + 4 * q : at + 4 * q + 4] = _DIGITS4[part]
+            digits = 1 + np.searchsorted(_POW10, v, side="right")
+            keep[:, at : at + 4 * p] = np.arange(4 * p) >= (4 * p - digits)[:, None]
+            at += 4 * p
+            text[:, at] = seps[k]
+            at += 1
+        h.update(text[keep].tobytes())
     return h.hexdigest()

@@ -1,0 +1,137 @@
+"""The columnar plan equals the object-based one it replaced, chunk for chunk and hash for hash.
+
+The oracle below is the object-based ``make_chunks`` / ``plan_fingerprint`` of main before
+issue 15 (one ``Chunk`` per chunk, one f-string per chunk), kept here only as a test oracle.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from robo_resume.index.elastic import split_segments
+from robo_resume.index.plan import (
+    Chunk,
+    EpisodeSpan,
+    EpisodeSpans,
+    Plan,
+    make_chunks,
+    plan_fingerprint,
+)
+from robo_resume.index.schedule import Schedule, ScheduleConfig, Topology
+from robo_resume.index.segments import Segment, Segments
+
+
+def oracle_chunks(episodes, chunk_frames, cut_points=None):
+    chunks = []
+    for ep in episodes:
+        cuts = sorted(cut_points.get(ep.episode_index, ())) if cut_points else []
+        start = 0
+        while start < ep.length:
+            limit = min(start + chunk_frames, ep.length)
+            stop = limit
+            if cuts and limit < ep.length:
+                j = bisect.bisect_right(cuts, limit) - 1
+                if j >= 0 and cuts[j] > start:
+                    stop = cuts[j]
+            chunks.append(Chunk(ep.episode_index, start, stop, ep.dataset_from_index + start))
+            start = stop
+    return tuple(chunks)
+
+
+def oracle_fingerprint(chunks):
+    h = hashlib.sha256()
+    for c in chunks:
+        h.update(f"{c.episode_index},{c.start},{c.stop},{c.dataset_from_index};".encode())
+    return h.hexdigest()
+
+
+@st.composite
+def plans(draw):
+    n = draw(st.integers(1, 25))
+    scale = draw(st.sampled_from([1, 10**4, 10**9, 10**15]))
+    at, e, spans = draw(st.integers(0, scale)), draw(st.integers(0, scale)), []
+    for _ in range(n):
+        length = draw(st.integers(1, draw(st.sampled_from([3, 70, 700]))))
+        spans.append(EpisodeSpan(e, at, length))
+        at += length + draw(st.integers(0, 2))
+        e += draw(st.integers(1, 3))
+    cuts = None
+    if draw(st.booleans()):
+        cuts = {
+            s.episode_index: draw(st.lists(st.integers(-3, s.length + 3), max_size=12))
+            for s in spans
+            if draw(st.booleans())
+        }
+    return spans, draw(st.integers(1, 80)), cuts
+
+
+@settings(max_examples=150, deadline=None)
+@given(plans())
+def test_same_chunks_and_fingerprint_as_the_object_plan(case):
+    spans, chunk_frames, cuts = case
+    want = oracle_chunks(spans, chunk_frames, cuts)
+    plan = make_chunks(spans, chunk_frames, cut_points=cuts)
+    assert isinstance(plan, Plan)
+    assert tuple(plan) == want
+    assert [plan[i] for i in range(len(plan))] == list(want)
+    assert plan_fingerprint(plan) == oracle_fingerprint(want)
+    assert plan_fingerprint(want) == oracle_fingerprint(want)  # a tuple of Chunks still works
+    cols = EpisodeSpans(
+        np.array([s.episode_index for s in spans]),
+        np.array([s.dataset_from_index for s in spans]),
+        np.array([s.length for s in spans]),
+    )
+    assert make_chunks(cols, chunk_frames, cut_points=cuts) == plan
+
+
+def test_fingerprint_of_a_large_plan_matches_in_blocks():
+    """More rows than one hashed block, digits of every width (the block and digit joins)."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 400, 3_000)
+    spans = EpisodeSpans(
+        np.arange(3_000) * 37, np.cumsum(lengths) - lengths + 10**11 - 5_000_000, lengths
+    )
+    plan = make_chunks(spans, 8)
+    assert len(plan) > 2**16
+    assert plan.fingerprint() == oracle_fingerprint(tuple(plan))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=10), st.data())
+def test_split_segments_cuts_like_the_object_version(lengths, data):
+    segs = [
+        Segment(i, i, 5, 5 + n, 1000 * i + 5, None if i % 2 else i // 2)
+        for i, n in enumerate(lengths)
+    ]
+    total = sum(lengths)
+    cuts = sorted(data.draw(st.lists(st.integers(0, total), max_size=6)))
+    pieces = [b - a for a, b in zip([0, *cuts], cuts, strict=False)]
+    got = split_segments(segs, pieces)
+    frames = [(s.episode_index, s.start + k) for s in segs for k in range(s.length)]
+    at = 0
+    for piece, n in zip(got, pieces, strict=True):
+        assert [(s.episode_index, s.start + k) for s in piece for k in range(s.length)] == frames[
+            at : at + n
+        ]
+        for s in piece:
+            assert s.dataset_from_index == 1000 * s.chunk_id + s.start
+            assert s.epoch == (None if s.chunk_id % 2 else s.chunk_id // 2)
+        at += n
+    assert Segments.of(segs)[2:4].objects(0, 2) == tuple(segs[2:4])
+
+
+def test_schedule_memory_is_flat_across_epochs():
+    """The schedule keeps one epoch's layout and a few streams' segments, whatever the epoch."""
+    lengths = [40] * 300
+    spans = EpisodeSpans(np.arange(300), np.arange(300) * 40, np.array(lengths))
+    sched = Schedule(make_chunks(spans, 8), ScheduleConfig(batch_size=4), Topology(2, 3))
+    for epoch in range(20):
+        for g in range(sched.topology.num_streams):
+            sched.locate(epoch, g, 17)
+        assert sched._epoch_layout.cache_info().currsize == 1
+        assert sched.segments.currsize <= 4
