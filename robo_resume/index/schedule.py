@@ -42,8 +42,8 @@ from .segments import Segment, Segments
 from .topology import Topology, _positive_int, _ranks_apart, stream_lengths
 
 __all__ = [
-    "Cursor",
     "Group",
+    "Location",
     "Schedule",
     "ScheduleConfig",
     "Segment",
@@ -128,8 +128,9 @@ class Group:
 
 
 @dataclass(frozen=True)
-class Cursor:
-    """Position ``p`` of a stream-epoch: group, offset in it, frames done per segment of it."""
+class Location:
+    """Where position ``p`` of a stream-epoch lies: group, offset in it, frames done per segment
+    of it (a place in the schedule; a *cursor* is what a stream delivered, see the README)."""
 
     group: int
     offset: int
@@ -293,7 +294,7 @@ class Schedule:
         start = int(self._group_starts(epoch, stream)[index])
         return Group(members, order, start)
 
-    def locate(self, epoch: int, stream: int, position: int) -> Cursor:
+    def locate(self, epoch: int, stream: int, position: int) -> Location:
         """Where position ``0 <= position < length(stream)`` of a stream-epoch is."""
         self._check(epoch, stream)
         if not 0 <= position < self.length(stream):
@@ -303,7 +304,7 @@ class Schedule:
         grp = self.group(epoch, stream, g)
         offset = position - int(starts[g])
         done = np.bincount(grp.order[:offset], minlength=len(grp.segments))
-        return Cursor(g, offset, tuple(int(d) for d in done))
+        return Location(g, offset, tuple(int(d) for d in done))
 
     def iter_groups(
         self, epoch: int, stream: int, position: int = 0
