@@ -201,10 +201,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 decoder_threads=self.tuning.decoder_threads,
             ),
         )
-        spans = [
-            EpisodeSpan(e, self.meta.episode(e).dataset_from_index, self.meta.episode(e).length)
-            for e in self.episodes
-        ]
+        spans = list(map(EpisodeSpan, *(a.tolist() for a in self.meta.spans(self.episodes))))
         cuts = self._keyframe_cuts() if self.tuning.cut_at_keyframes else None
         self.chunks: tuple[Chunk, ...] = make_chunks(spans, chunk_frames, cut_points=cuts)
         self.config = ScheduleConfig(
