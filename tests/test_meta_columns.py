@@ -241,3 +241,33 @@ def test_first_bad_episode_is_named_after_sorting(factory, tmp_path):
         pq.write_table(pa.Table.from_pandas(t, preserve_index=False), f)
     with pytest.raises(Exception, match=rf"disagrees with itself.*episode {ids[2][0]}\b"):
         load_metadata(root)
+
+
+def _ranges_reference(values, limit=None):
+    """format_ranges as it was, one Python int at a time."""
+    vals = sorted({int(v) for v in values})
+    out, i = [], 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    text = ",".join(out) or "none"
+    if limit is not None and len(text) > limit:
+        text = text[: text.rfind(",", 0, limit) + 1] + f"... ({len(vals)} in all)"
+    return text
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_format_ranges_of_arrays_equals_the_per_int_text(seed):
+    from robo_resume.errors import format_ranges
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 400))
+    vals = rng.choice(int(rng.integers(max(n, 1), 3 * n + 2)), size=n, replace=bool(seed % 2))
+    for limit in (None, 5, 20, 120):
+        want = _ranges_reference(vals.tolist(), limit)
+        assert format_ranges(vals, limit) == want
+        assert format_ranges(tuple(vals.tolist()), limit) == want
+        assert format_ranges(iter(vals.tolist()), limit) == want

@@ -52,7 +52,8 @@ def _load_v30(
     parts = []
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            parquet = pq.ParquetFile(f)
+            schema = parquet.schema_arrow
         except Exception as exc:  # pyarrow raises several types for corrupt footers
             raise CorruptFileError(
                 describe(
@@ -76,7 +77,7 @@ def _load_v30(
             )
         cols = need + [c for c in ("tasks", "dataset_to_index") if c in schema.names]
         try:
-            table = pq.read_table(f, columns=cols)
+            table = parquet.read(columns=cols)
         except Exception as exc:  # a readable footer over damaged pages
             raise CorruptFileError(
                 describe(
@@ -302,18 +303,22 @@ def _sorted_columns(parts: list[dict[str, Any]]) -> dict[str, Any]:
     keys = [k for k in parts[0] if not k.startswith("task_")]
     if any("dataset_to_index" not in p for p in parts):
         keys = [k for k in keys if k != "dataset_to_index"]
-    col = {k: np.concatenate([p[k] for p in parts]) for k in keys}
-    names: dict[str, int] = {}
-    codes, lengths = [], []
-    for p in parts:
-        remap = np.asarray([names.setdefault(s, len(names)) for s in p["task_names"]], np.int32)
-        codes.append(remap[p["task_codes"]] if len(remap) else p["task_codes"])
-        lengths.append(np.diff(p["task_offsets"]))
-    offsets = np.zeros(len(col["episode_index"]) + 1, dtype=np.int64)
-    np.cumsum(np.concatenate(lengths), out=offsets[1:])
-    col["task_codes"] = np.concatenate(codes).astype(np.int32)
-    col["task_offsets"] = offsets
-    col["task_names"] = tuple(names)
+    if len(parts) == 1:
+        col = dict(parts[0])
+    else:
+        col = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+        names: dict[str, int] = {}
+        codes, lengths = [], []
+        for p in parts:
+            remap = [names.setdefault(s, len(names)) for s in p["task_names"]]
+            codes.append(np.asarray(remap, np.int32)[p["task_codes"]] if remap else p["task_codes"])
+            lengths.append(np.diff(p["task_offsets"]))
+        offsets = np.zeros(len(col["episode_index"]) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        col["task_codes"] = np.concatenate(codes).astype(np.int32)
+        col["task_offsets"] = offsets
+        col["task_names"] = tuple(names)
+    offsets = col["task_offsets"]
     ep = col["episode_index"]
     if len(ep) and not (ep[1:] >= ep[:-1]).all():
         order = np.argsort(ep, kind="stable")
@@ -347,12 +352,19 @@ def _paths(
     n = len(ep)
     if n == 0:
         return np.zeros(0, np.int32), ()
-    if int(chunk.max()) < 2**31 and int(file.max()) < 2**31:
-        _, first, inverse = np.unique((chunk << 31) | file, return_index=True, return_inverse=True)
+    # Runs of equal pairs (consecutive episodes share a file): distinct pairs among the runs.
+    change = np.flatnonzero((chunk[1:] != chunk[:-1]) | (file[1:] != file[:-1])) + 1
+    run_first = np.concatenate(([0], change))
+    run_of_row = np.repeat(np.arange(len(run_first)), np.diff(np.append(run_first, n)))
+    rc, rf = chunk[run_first], file[run_first]
+    if int(rc.max()) < 2**31 and int(rf.max()) < 2**31:
+        _, first, inverse = np.unique((rc << 31) | rf, return_index=True, return_inverse=True)
     else:
         _, first, inverse = np.unique(
-            np.stack([chunk, file], axis=1), axis=0, return_index=True, return_inverse=True
+            np.stack([rc, rf], axis=1), axis=0, return_index=True, return_inverse=True
         )
+    first = run_first[first]  # np.unique's first index is the first run, so the first row
+    inverse = inverse.reshape(-1)[run_of_row]
     order = np.argsort(first)  # distinct pairs by first row
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
@@ -374,7 +386,7 @@ def _paths(
                 raise
             raise _PathFailure(k, exc) from None
         pair_code[r] = strings.setdefault(rel, len(strings))
-    return pair_code[rank[inverse.reshape(-1)]], tuple(strings)
+    return pair_code[rank[inverse]], tuple(strings)
 
 
 def _row_starts(data_file: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -382,7 +394,11 @@ def _row_starts(data_file: np.ndarray, start: np.ndarray, length: np.ndarray) ->
     ``dataset_from_index`` order (ties in episode order), so it is the sum of the lengths of
     the episodes before it in that order."""
     n = len(length)
-    order = np.lexsort((np.arange(n), start, data_file))
+    f, s = data_file, start
+    if ((f[1:] > f[:-1]) | ((f[1:] == f[:-1]) & (s[1:] >= s[:-1]))).all():
+        order = np.arange(n)  # the usual layout: already in (file, dataset_from_index) order
+    else:
+        order = np.lexsort((np.arange(n), start, data_file))
     lengths = length[order]
     before = np.cumsum(lengths) - lengths
     files = data_file[order]
