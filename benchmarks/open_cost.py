@@ -54,15 +54,15 @@ def _meta_bytes(root: Path) -> int:
 
 
 _RSS_PROBE = """
-import gc, json, resource, sys
-def rss():
+import gc, json, sys
+def rss(key="VmRSS:"):  # VmHWM: this process's peak (ru_maxrss would count the parent's)
     with open("/proc/self/status") as f:
-        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key))
 import pandas, pyarrow.compute, pyarrow.parquet, robo_resume  # imports are not metadata
 gc.collect(); before = rss()
 meta = robo_resume.load_metadata(sys.argv[1])
 gc.collect(); after = rss()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = rss("VmHWM:")
 print(json.dumps({"retained": after - before, "peak": peak - before, "n": meta.num_episodes}))
 """
 

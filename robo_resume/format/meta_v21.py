@@ -12,7 +12,7 @@ from ..errors import (
     describe,
 )
 from .episode_table import EpisodeTable, VideoColumns, task_columns
-from .meta_files import _format_path, _read_jsonl, _tasks_tuple
+from .meta_files import _format_path, _posix_inside, _read_jsonl, _tasks_tuple
 from .validate import (
     int_values,
     task_list,
@@ -60,29 +60,9 @@ def _load_v21(
         )
     ep, length, ep_tasks = rows
     fps = info["fps"]
-    # One file per episode and camera; checked row by row, cameras before the data file, so
-    # an error names the first episode whose path fails.
-    video_paths: dict[str, list[str]] = {cam: [] for cam in camera_keys}
-    data_paths: list[str] = []
-    for e in ep.tolist():
-        chunk = e // chunks_size
-        for cam in camera_keys:
-            video_paths[cam].append(
-                _format_path(
-                    video_tpl,
-                    root,
-                    what="video",
-                    episode=e,
-                    episode_chunk=chunk,
-                    video_key=cam,
-                    episode_index=e,
-                )
-            )
-        data_paths.append(
-            _format_path(
-                data_tpl, root, what="data", episode=e, episode_chunk=chunk, episode_index=e
-            )
-        )
+    video_paths, data_paths = _episode_paths(
+        root, data_tpl, video_tpl, camera_keys, ep, chunks_size
+    )
     start = np.zeros(len(ep), dtype=np.int64)
     np.cumsum(length[:-1], out=start[1:])
     to_timestamp = length.astype(np.float64) / fps  # length / fps, as Python divides
@@ -128,8 +108,66 @@ def _load_v21(
     return columns, tasks
 
 
+def _episode_paths(
+    root: Path,
+    data_tpl: str,
+    video_tpl: str | None,
+    camera_keys: tuple[str, ...],
+    ep: np.ndarray,
+    chunks_size: int,
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Each episode's video path per camera and data path, checked to stay inside the root.
+
+    One file per episode and camera: 3x10^5 paths at 10^5 episodes, so the templates are filled
+    with ``format_map`` on reused dicts. An episode whose paths do not pass is checked again by
+    :func:`_format_path`, which raises the error naming it (episodes in order, cameras before
+    the data file, as checked one by one before)."""
+    video_paths: dict[str, list[str]] = {cam: [] for cam in camera_keys}
+    data_paths: list[str] = []
+    fields: dict[str, Any] = {"episode_chunk": 0, "episode_index": 0}
+    per_cam = {cam: {**fields, "video_key": cam} for cam in camera_keys}
+    for k, e in enumerate(ep.tolist()):
+        chunk = e // chunks_size
+        try:
+            for cam, f in per_cam.items():
+                f["episode_chunk"], f["episode_index"] = chunk, e
+                rel = _posix_inside(video_tpl.format_map(f))  # type: ignore[union-attr]
+                if rel is None:
+                    raise ValueError(cam)
+                video_paths[cam].append(rel)
+            fields["episode_chunk"], fields["episode_index"] = chunk, e
+            rel = _posix_inside(data_tpl.format_map(fields))
+            if rel is None:
+                raise ValueError("data")
+            data_paths.append(rel)
+        except Exception:
+            for cam in camera_keys:  # this episode again, one path at a time: raises
+                del video_paths[cam][k:]
+                video_paths[cam].append(
+                    _format_path(
+                        video_tpl,  # type: ignore[arg-type]
+                        root,
+                        what="video",
+                        episode=e,
+                        episode_chunk=chunk,
+                        video_key=cam,
+                        episode_index=e,
+                    )
+                )
+            del data_paths[k:]
+            data_paths.append(
+                _format_path(
+                    data_tpl, root, what="data", episode=e, episode_chunk=chunk, episode_index=e
+                )
+            )
+    return video_paths, data_paths
+
+
 def _codes(paths: list[str]) -> tuple[np.ndarray, tuple[str, ...]]:
     """``(codes, names)`` with ``names[codes[k]] == paths[k]``, names in order of first use."""
+    distinct = dict.fromkeys(paths)
+    if len(distinct) == len(paths):  # the usual v2.1 layout: one file per episode
+        return np.arange(len(paths), dtype=np.int32), tuple(paths)
     names: dict[str, int] = {}
     codes = np.fromiter((names.setdefault(p, len(names)) for p in paths), np.int32, len(paths))
     return codes, tuple(names)
