@@ -9,7 +9,7 @@ episodes one timed run each, no warm-up: the old per-episode code takes minutes 
   the dataset and plan fingerprints and the schedule options, i.e. what every training run and
   every resume pays before its first batch (no data or video file is opened);
 - the same with ``meta=`` given (planning alone);
-- the memory of the metadata: resident memory (RSS) of a fresh process after
+- the memory of the metadata (full runs): resident memory (RSS) of a fresh process after
   ``load_metadata`` minus before it (``retained``), and its peak while loading (``peak``).
 
 Datasets: synthetic v3.0 ``meta/`` folders with 10^4 episodes (and 10^3, 10^5, 10^6 in full
@@ -82,14 +82,17 @@ def metadata_memory(root: Path) -> dict[str, int] | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(name: str, root: Path, repeats: int, warmup: int = 1) -> dict[str, Any]:
-    """Median times of load_metadata and of constructing the dataset on ``root``."""
+def measure(
+    name: str, root: Path, repeats: int, warmup: int = 1, *, memory: bool = True
+) -> dict[str, Any]:
+    """Median times of load_metadata and of constructing the dataset on ``root`` (and the
+    metadata's RSS in a fresh process with ``memory``)."""
     meta = load_metadata(root)
     t_load = C.median_time(lambda: load_metadata(root), repeats, warmup=warmup)
     C.progress(f"{name}: load_metadata {C.fmt_time(t_load)}")
-    memory = metadata_memory(root)
-    if memory:
-        C.progress(f"{name}: metadata RSS retained {memory['retained'] / 2**20:.0f} MB")
+    rss = metadata_memory(root) if memory else None
+    if rss:
+        C.progress(f"{name}: metadata RSS retained {rss['retained'] / 2**20:.0f} MB")
     t_construct = C.median_time(
         lambda: ChunkedEpisodeDataset(root, batch_size=BATCH), repeats, warmup=warmup
     )
@@ -117,8 +120,8 @@ def measure(name: str, root: Path, repeats: int, warmup: int = 1) -> dict[str, A
         "construct_s": t_construct,
         "construct_with_meta_s": t_plan,
         "load_per_episode_s": t_load / meta.num_episodes,
-        "meta_rss_retained_bytes": memory["retained"] if memory else None,
-        "meta_rss_peak_bytes": memory["peak"] if memory else None,
+        "meta_rss_retained_bytes": rss["retained"] if rss else None,
+        "meta_rss_peak_bytes": rss["peak"] if rss else None,
         "repeats": repeats,
     }
 
@@ -163,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
             lengths = [50 + (i * 37) % 500 for i in range(n)]
             C.write_synthetic_meta(root, lengths, num_cameras=2)
             reps, warm = (3, 1) if n == 10**5 else (1, 0) if n >= 10**6 else (repeats, 1)
-            rows.append(measure(f"synthetic {n:,} episodes", root, reps, warm))
+            rows.append(
+                measure(f"synthetic {n:,} episodes", root, reps, warm, memory=not args.quick)
+            )
             shutil.rmtree(root)
         if not args.quick:
             n = 10**5
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             C.write_synthetic_meta_v21(root, [50 + (i * 37) % 500 for i in range(n)], num_cameras=2)
             rows.append(measure(f"synthetic v2.1 {n:,} episodes", root, 3))
         if args.open50.is_dir():
-            rows.append(measure("open50", args.open50, repeats))
+            rows.append(measure("open50", args.open50, repeats, memory=not args.quick))
         else:
             C.progress(f"open50 not found at {args.open50}; skipped")
 
