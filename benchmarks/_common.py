@@ -256,3 +256,51 @@ def write_synthetic_meta(
     )
     (meta / "info.json").write_text(json.dumps(info, indent=4))
     return root
+
+
+def write_synthetic_meta_v21(
+    root: str | Path, episode_lengths: Sequence[int], *, num_cameras: int = 0
+) -> Path:
+    """Write the ``meta/`` folder of a v2.1 dataset with ``len(episode_lengths)`` episodes.
+
+    ``meta/info.json``, ``meta/stats.json`` and ``meta/tasks.jsonl`` come from a two-episode
+    :func:`robo_resume.testing.make_dataset` template (``version="v2.1"``);
+    ``meta/episodes.jsonl`` holds one line ``{"episode_index", "tasks", "length"}`` per
+    episode, as lerobot writes it. No data or video files: loading the metadata and planning
+    never open them. Returns ``root``.
+    """
+    from robo_resume.testing import make_dataset
+
+    root = Path(root)
+    lengths = [int(n) for n in episode_lengths]
+    if not lengths or min(lengths) <= 0:
+        raise ValueError("episode_lengths must be a non-empty sequence of positive ints")
+    with tempfile.TemporaryDirectory() as tmp:
+        tpl = make_dataset(
+            Path(tmp) / "template", version="v2.1", episode_lengths=(3, 3), num_cameras=num_cameras
+        )
+        meta_tpl = tpl.root / "meta"
+        info = json.loads((meta_tpl / "info.json").read_text())
+        stats = (
+            (meta_tpl / "stats.json").read_text() if (meta_tpl / "stats.json").is_file() else None
+        )
+        tasks = (meta_tpl / "tasks.jsonl").read_text()
+        task_names = list(tpl.tasks)
+    meta = root / "meta"
+    meta.mkdir(parents=True, exist_ok=True)
+    with open(meta / "episodes.jsonl", "w") as f:
+        for e, n in enumerate(lengths):
+            task = task_names[e % len(task_names)]
+            f.write(json.dumps({"episode_index": e, "tasks": [task], "length": n}) + "\n")
+    (meta / "tasks.jsonl").write_text(tasks)
+    if stats is not None:
+        (meta / "stats.json").write_text(stats)
+    info.update(
+        total_episodes=len(lengths),
+        total_frames=sum(lengths),
+        total_chunks=(len(lengths) + 999) // 1000,
+        chunks_size=1000,
+        splits={"train": f"0:{len(lengths)}"},
+    )
+    (meta / "info.json").write_text(json.dumps(info, indent=4))
+    return root

@@ -1,23 +1,28 @@
 """Open cost: time to read a dataset's metadata and to construct a ChunkedEpisodeDataset.
 
-Measured, median of several repeats after a warm-up (warm page cache), per dataset:
+Measured, median of several repeats after a warm-up (warm page cache), per dataset (at 10^6
+episodes one timed run each, no warm-up: the old per-episode code takes minutes there):
 
 - ``robo_resume.load_metadata(root)``: reads and validates ``meta/`` (info.json, stats.json,
-  tasks.parquet, the episodes parquet) into one ``EpisodeInfo`` per episode;
+  tasks.parquet, the episodes parquet or episodes.jsonl) into the episode columns;
 - ``ChunkedEpisodeDataset(root, batch_size=32)``: the above plus planning (chunks of 64 frames),
   the dataset and plan fingerprints and the schedule options, i.e. what every training run and
   every resume pays before its first batch (no data or video file is opened);
-- the same with ``meta=`` given (planning alone).
+- the same with ``meta=`` given (planning alone);
+- the memory of the metadata (full runs): resident memory (RSS) of a fresh process after
+  ``load_metadata`` minus before it (``retained``), and its peak while loading (``peak``).
 
-Datasets: synthetic v3.0 ``meta/`` folders with 10^4 episodes (and 10^3, 10^5 in full runs),
-written with the factory's columns (two cameras, per-episode stats) but without data or video
-files, see ``_common.write_synthetic_meta``; and ``../shared/datasets/open50`` (50 real
-episodes) when present.
+Datasets: synthetic v3.0 ``meta/`` folders with 10^4 episodes (and 10^3, 10^5, 10^6 in full
+runs), written with the factory's columns (two cameras, per-episode stats) but without data or
+video files, see ``_common.write_synthetic_meta``; a synthetic v2.1 ``meta/`` (episodes.jsonl)
+with 10^5 episodes in full runs (``_common.write_synthetic_meta_v21``); and
+``../shared/datasets/open50`` (50 real episodes) when present. After the table, the growth per
+decade: the time at 10x the episodes divided by the time before (10 is linear).
 
 Run::
 
-    python benchmarks/open_cost.py                  # full run (one to two minutes)
-    python benchmarks/open_cost.py --quick          # 10^4 episodes and open50, a few seconds
+    python benchmarks/open_cost.py                  # full run (a few minutes)
+    python benchmarks/open_cost.py --quick          # 10^3, 10^4 episodes and open50, seconds
     python benchmarks/open_cost.py --json out.json  # also write every number
 
 The table goes to stdout, progress to stderr.
@@ -26,6 +31,11 @@ The table goes to stdout, progress to stderr.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -43,20 +53,60 @@ def _meta_bytes(root: Path) -> int:
     return sum(f.stat().st_size for f in (root / "meta").rglob("*") if f.is_file())
 
 
-def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
-    """Median times of load_metadata and of constructing the dataset on ``root``."""
+_RSS_PROBE = """
+import gc, json, sys
+def rss(key="VmRSS:"):  # VmHWM: this process's peak (ru_maxrss would count the parent's)
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key))
+import pandas, pyarrow.compute, pyarrow.parquet, robo_resume  # imports are not metadata
+gc.collect(); before = rss()
+meta = robo_resume.load_metadata(sys.argv[1])
+gc.collect(); after = rss()
+peak = rss("VmHWM:")
+print(json.dumps({"retained": after - before, "peak": peak - before, "n": meta.num_episodes}))
+"""
+
+
+def metadata_memory(root: Path) -> dict[str, int] | None:
+    """RSS growth of a fresh process from ``load_metadata(root)`` (Linux only; else None)."""
+    if not Path("/proc/self/status").is_file():
+        return None
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE, str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ),
+        cwd=root,  # not the repository: "" on sys.path would shadow PYTHONPATH
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(
+    name: str, root: Path, repeats: int, warmup: int = 1, *, memory: bool = True
+) -> dict[str, Any]:
+    """Median times of load_metadata and of constructing the dataset on ``root`` (and the
+    metadata's RSS in a fresh process with ``memory``)."""
     meta = load_metadata(root)
-    t_load = C.median_time(lambda: load_metadata(root), repeats, warmup=1)
+    t_load = C.median_time(lambda: load_metadata(root), repeats, warmup=warmup)
     C.progress(f"{name}: load_metadata {C.fmt_time(t_load)}")
+    rss = metadata_memory(root) if memory else None
+    if rss:
+        C.progress(f"{name}: metadata RSS retained {rss['retained'] / 2**20:.0f} MB")
     t_construct = C.median_time(
-        lambda: ChunkedEpisodeDataset(root, batch_size=BATCH), repeats, warmup=1
+        lambda: ChunkedEpisodeDataset(root, batch_size=BATCH), repeats, warmup=warmup
     )
     C.progress(f"{name}: ChunkedEpisodeDataset(root) {C.fmt_time(t_construct)}")
-    t_plan = C.median_time(
-        lambda: ChunkedEpisodeDataset(root, batch_size=BATCH, meta=meta), repeats, warmup=1
-    )
+    ds = None
+
+    def construct_with_meta() -> None:
+        nonlocal ds
+        ds = None  # one plan in memory at a time
+        ds = ChunkedEpisodeDataset(root, batch_size=BATCH, meta=meta)
+
+    t_plan = C.median_time(construct_with_meta, repeats, warmup=warmup)
     C.progress(f"{name}: ChunkedEpisodeDataset(meta=...) {C.fmt_time(t_plan)}")
-    chunks = len(ChunkedEpisodeDataset(root, batch_size=BATCH, meta=meta).chunks)
+    chunks = len(ds.chunks)
     return {
         "dataset": name,
         "root": str(root),
@@ -70,19 +120,43 @@ def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
         "construct_s": t_construct,
         "construct_with_meta_s": t_plan,
         "load_per_episode_s": t_load / meta.num_episodes,
+        "meta_rss_retained_bytes": rss["retained"] if rss else None,
+        "meta_rss_peak_bytes": rss["peak"] if rss else None,
+        "repeats": repeats,
     }
+
+
+def growth(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Rows of the growth-per-decade table: time ratio from each v3.0 size to the next."""
+    synth = [r for r in rows if r["dataset"].startswith("synthetic") and r["version"] == "v3.0"]
+    out = []
+    for a, b in itertools.pairwise(synth):
+        out.append(
+            [
+                f"{a['episodes']:,} -> {b['episodes']:,}",
+                f"{b['episodes'] / a['episodes']:g}x",
+                f"{b['load_metadata_s'] / a['load_metadata_s']:.1f}x",
+                f"{b['construct_s'] / a['construct_s']:.1f}x",
+                f"{b['construct_with_meta_s'] / a['construct_with_meta_s']:.1f}x",
+            ]
+        )
+    return out
+
+
+def _mb(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.0f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="10^4 episodes and open50 only, fast")
+    ap.add_argument("--quick", action="store_true", help="10^3, 10^4 episodes, open50")
     ap.add_argument("--json", type=Path, help="write all numbers to this file")
     ap.add_argument("--open50", type=Path, default=OPEN50, help="path of the open50 dataset")
     args = ap.parse_args(argv)
 
     info = C.machine()
     print(C.describe_machine(info))
-    sizes = (10**4,) if args.quick else (10**3, 10**4, 10**5)
+    sizes = (10**3, 10**4) if args.quick else (10**3, 10**4, 10**5, 10**6)
     repeats = 3 if args.quick else 7
     rows = []
     with tempfile.TemporaryDirectory(prefix="robo_resume_bench_") as tmp:
@@ -91,10 +165,19 @@ def main(argv: list[str] | None = None) -> int:
             C.progress(f"writing synthetic v3.0 meta/ with {n} episodes (2 cameras)")
             lengths = [50 + (i * 37) % 500 for i in range(n)]
             C.write_synthetic_meta(root, lengths, num_cameras=2)
-            reps = 3 if n >= 10**5 else repeats
-            rows.append(measure(f"synthetic {n:,} episodes", root, reps))
+            reps, warm = (3, 1) if n == 10**5 else (1, 0) if n >= 10**6 else (repeats, 1)
+            rows.append(
+                measure(f"synthetic {n:,} episodes", root, reps, warm, memory=not args.quick)
+            )
+            shutil.rmtree(root)
+        if not args.quick:
+            n = 10**5
+            root = Path(tmp) / f"synthetic-v21-{n}"
+            C.progress(f"writing synthetic v2.1 meta/ with {n} episodes (2 cameras)")
+            C.write_synthetic_meta_v21(root, [50 + (i * 37) % 500 for i in range(n)], num_cameras=2)
+            rows.append(measure(f"synthetic v2.1 {n:,} episodes", root, 3))
         if args.open50.is_dir():
-            rows.append(measure("open50", args.open50, repeats))
+            rows.append(measure("open50", args.open50, repeats, memory=not args.quick))
         else:
             C.progress(f"open50 not found at {args.open50}; skipped")
 
@@ -115,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             "per episode",
             "construct(root)",
             "construct(meta=)",
+            "meta RSS",
+            "RSS peak",
         ],
         [
             [
@@ -128,10 +213,19 @@ def main(argv: list[str] | None = None) -> int:
                 C.fmt_time(r["load_per_episode_s"]),
                 C.fmt_time(r["construct_s"]),
                 C.fmt_time(r["construct_with_meta_s"]),
+                _mb(r["meta_rss_retained_bytes"]),
+                _mb(r["meta_rss_peak_bytes"]),
             ]
             for r in rows
         ],
     )
+    decades = growth(rows)
+    if decades:
+        print()
+        print("Growth per decade (synthetic v3.0; time at 10x the episodes / time before):")
+        C.print_table(
+            ["episodes", "size", "load_metadata", "construct(root)", "construct(meta=)"], decades
+        )
     if not args.open50.is_dir():
         print(f"open50: skipped (not found at {args.open50})")
     result = {
@@ -141,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": BATCH,
         "repeats": repeats,
         "rows": rows,
+        "growth_per_decade": decades,
     }
     if args.json:
         C.write_json(args.json, result)

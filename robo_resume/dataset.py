@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -83,12 +82,7 @@ def _hash(obj: Any) -> str:
 def episode_spans(meta: DatasetMeta, episodes: Sequence[int]) -> EpisodeSpans:
     """The planning columns ``(episode_index, dataset_from_index, length)`` of ``episodes`` (in
     that order), as int64 arrays: the one place the plan reads ``meta``."""
-    rows = [meta.episode(e) for e in episodes]
-    return EpisodeSpans(
-        np.asarray(episodes, dtype=np.int64).reshape(-1),
-        np.fromiter((r.dataset_from_index for r in rows), dtype=np.int64, count=len(rows)),
-        np.fromiter((r.length for r in rows), dtype=np.int64, count=len(rows)),
-    )
+    return EpisodeSpans(*meta.spans(episodes))
 
 
 class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):

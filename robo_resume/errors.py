@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 __all__ = [
     "CorruptFileError",
@@ -67,15 +70,22 @@ def format_ranges(values: Iterable[int], limit: int | None = None) -> str:
 
     With ``limit``, a longer text is cut after that many characters and ends with how many
     integers there are, e.g. ``"0-3,7,9,... (1000 in all)"``."""
-    vals = sorted({int(v) for v in values})
+    array = values if isinstance(values, np.ndarray) else None
+    if isinstance(values, list | tuple | range) and len(values):
+        array = np.asarray(values)
+    if array is not None and array.dtype.kind in "iu":  # 10^6 episodes: no set of ints
+        vals: Any = np.unique(array.reshape(-1)).tolist()
+        cut = (np.flatnonzero(np.diff(np.asarray(vals)) != 1) + 1).tolist()
+    else:
+        vals = sorted({int(v) for v in values})
+        cut = [j for j in range(1, len(vals)) if vals[j] != vals[j - 1] + 1]
     out: list[str] = []
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
+    size = -1
+    for i, j in zip([0, *cut], [*cut, len(vals)], strict=True) if vals else ():
+        out.append(str(vals[i]) if i == j - 1 else f"{vals[i]}-{vals[j - 1]}")
+        size += len(out[-1]) + 1
+        if limit is not None and size > limit:
+            break  # the text is cut before this point anyway
     text = ",".join(out) or "none"
     if limit is not None and len(text) > limit:
         text = text[: text.rfind(",", 0, limit) + 1] + f"... ({len(vals)} in all)"

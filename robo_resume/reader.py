@@ -82,7 +82,7 @@ class LeRobotReader(torch.utils.data.Dataset):
         )
         self.builder = ItemBuilder(self.meta, self.options)
         self.episodes = select_episodes(self.meta, episodes)
-        lengths = [self.meta.episode(e).length for e in self.episodes]
+        lengths = self.meta.spans(self.episodes)[2]
         self._starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
         self._open: OrderedDict[int, EpisodeRangeReader] = OrderedDict()
 

@@ -78,6 +78,9 @@ def test_open_cost_benchmark_quick(tmp_path: Path) -> None:
         positive(row, "load_metadata_s", "construct_s", "construct_with_meta_s")
         assert row["frames"] > 0 and row["chunks"] > 0
     assert "load_metadata" in out
+    (decade,) = data["growth_per_decade"]  # 10^3 -> 10^4 episodes
+    assert decade[0] == "1,000 -> 10,000" and "Growth per decade" in out
+    assert synthetic["meta_rss_retained_bytes"] is None or synthetic["meta_rss_peak_bytes"] > 0
 
 
 def test_common_helpers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from ..errors import (
     describe,
 )
 from .features import check_features
-from .meta_types import _CONVERT_HINT, SUPPORTED_VERSIONS, EpisodeInfo
+from .meta_types import _CONVERT_HINT, SUPPORTED_VERSIONS
 from .validate import (
     check_feature_specs,
     inside_root,
@@ -52,14 +52,26 @@ def _read_json(path: Path) -> Any:
         ) from exc
 
 
+_SCAN = json.JSONDecoder().scan_once  # what json.loads runs on the text after its whitespace
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         _read_json(path)  # raises MissingFileError with the standard message
     rows = []
+    scan = _SCAN  # json.loads per line, without its per-call Python wrappers (3x faster)
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
+        text = line.strip(" \t\n\r")  # the whitespace json.loads skips around a value
         try:
+            value, end = scan(text, 0)
+        except (StopIteration, ValueError):
+            end = -1
+        if end == len(text):
+            rows.append(value)
+            continue
+        try:  # not one JSON value: json.loads gives the error (or accepts what it accepts)
             rows.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise CorruptFileError(
@@ -74,16 +86,26 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-@functools.lru_cache(maxsize=65536)
 def _posix_inside(rel: str) -> str | None:
-    """``rel`` as a POSIX path, or None if it is absolute or climbs out with ``..``."""
+    """``rel`` as a POSIX path, or None if it is absolute or climbs out with ``..``.
+
+    A plain relative path (no leading ``/`` or ``.``, no ``//``, ``/.`` or trailing ``/``)
+    is already in that form and is returned as is without building a Path (v2.1 names one
+    file per episode and camera: 3x10^5 paths at 10^5 episodes)."""
+    if rel and rel[0] not in "./" and rel[-1] != "/" and "//" not in rel and "/." not in rel:
+        return rel
+    return _posix_inside_slow(rel)
+
+
+@functools.lru_cache(maxsize=65536)
+def _posix_inside_slow(rel: str) -> str | None:
     p = Path(rel)
     return None if p.is_absolute() or ".." in p.parts else p.as_posix()
 
 
 def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
     """Refuse paths that escape the dataset root (``..`` or absolute)."""
-    posix = _posix_inside(rel)  # cached: v3.0 episodes share a few files
+    posix = _posix_inside(rel)
     if posix is None:
         raise DatasetFormatError(
             describe(
@@ -202,8 +224,8 @@ def _load_info(root: Path) -> dict[str, Any]:
     return info
 
 
-def _check_unique(root: Path, episodes: list[EpisodeInfo]) -> None:
-    idx = np.fromiter((e.episode_index for e in episodes), dtype=np.int64, count=len(episodes))
+def _check_unique(root: Path, idx: np.ndarray) -> None:
+    """Refuse a repeated episode_index (``idx`` is sorted)."""
     dup = np.flatnonzero(idx[1:] == idx[:-1])  # episodes are sorted by episode_index
     if dup.size:
         e = int(idx[dup[0]])

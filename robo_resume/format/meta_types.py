@@ -1,13 +1,15 @@
-"""The metadata types: :class:`DatasetMeta`, :class:`EpisodeInfo`, :class:`VideoRef`.
+"""The metadata type :class:`DatasetMeta` (with :class:`EpisodeInfo` and :class:`VideoRef`,
+defined with the episode columns in :mod:`.episode_table`).
 
 What :func:`robo_resume.format.metadata.load_metadata` returns; no file is read here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,9 @@ from ..errors import (
     MetadataMismatchError,
     describe,
 )
+from .episode_table import EpisodeInfo, Episodes, EpisodeTable, VideoRef
+
+__all__ = ["REQUIRED_COLUMNS", "SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo", "VideoRef"]
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 
@@ -37,46 +42,12 @@ REQUIRED_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_
 
 
 @dataclass(frozen=True)
-class VideoRef:
-    """Where one camera's frames of one episode live.
-
-    ``path`` is relative to the dataset root. Frame ``k`` of the episode is shown at time
-    ``from_timestamp + timestamp[k]`` inside the file (v3.0 concatenates episodes in one mp4;
-    v2.1 has one file per episode and ``from_timestamp == 0``).
-    """
-
-    path: str
-    from_timestamp: float
-    to_timestamp: float
-
-
-@dataclass(frozen=True)
-class EpisodeInfo:
-    """Everything needed to read one episode.
-
-    ``dataset_from_index``/``dataset_to_index`` are the global ``index`` range (stop exclusive);
-    the episode's rows are ``[data_row_start, data_row_start + length)`` of ``data_path``.
-    """
-
-    episode_index: int
-    length: int
-    dataset_from_index: int
-    data_path: str
-    data_row_start: int
-    tasks: tuple[str, ...] = ()
-    videos: Mapping[str, VideoRef] = field(default_factory=dict)
-
-    @property
-    def dataset_to_index(self) -> int:
-        """Global index one past the episode's last frame."""
-        return self.dataset_from_index + self.length
-
-
-@dataclass(frozen=True)
 class DatasetMeta:
     """Validated metadata of a LeRobot dataset on disk.
 
-    ``episodes`` is sorted by ``episode_index``; ``tasks[i]`` is the task string of
+    ``columns`` holds the episodes as columns (an :class:`EpisodeTable`, sorted by
+    ``episode_index``); ``episodes`` is the read-only sequence of :class:`EpisodeInfo` views over
+    them, and :meth:`spans` the columns planning needs. ``tasks[i]`` is the task string of
     ``task_index == i``. ``camera_keys`` are the video features in info.json order.
     ``dropped`` are the features left out by :meth:`select` (never opened or decoded); the
     fingerprint still counts them, since they do not change which frames a run reads.
@@ -87,7 +58,7 @@ class DatasetMeta:
     fps: int
     features: Mapping[str, Mapping[str, Any]]
     camera_keys: tuple[str, ...]
-    episodes: tuple[EpisodeInfo, ...]
+    columns: EpisodeTable
     tasks: tuple[str, ...]
     info: Mapping[str, Any]
     stats: Mapping[str, Any]
@@ -157,52 +128,74 @@ class DatasetMeta:
         if not gone:
             return self
         drop_set = set(gone)
-        episodes = tuple(
-            replace(e, videos={c: r for c, r in e.videos.items() if c not in drop_set})
-            for e in self.episodes
-        )
         return replace(
             self,
             features={k: v for k, v in self.features.items() if k not in drop_set},
             camera_keys=tuple(c for c in self.camera_keys if c not in drop_set),
-            episodes=episodes,
+            columns=self.columns.without_cameras(drop_set),
             dropped=tuple(sorted({*self.dropped, *gone})),
         )
 
     @property
+    def episodes(self) -> Episodes:
+        """The episodes in ``episode_index`` order, as a read-only sequence of
+        :class:`EpisodeInfo` built on access (see :class:`~.episode_table.Episodes`)."""
+        return Episodes(self.columns)
+
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """The ``episode_index`` of every episode, sorted (a read-only int64 array)."""
+        return self.columns.episode_index
+
+    @property
     def total_frames(self) -> int:
         """Number of frames over all episodes."""
-        return sum(e.length for e in self.episodes)
+        return int(self.columns.length.sum(dtype=np.int64))
 
     @property
     def num_episodes(self) -> int:
         """Number of episodes."""
-        return len(self.episodes)
+        return len(self.columns)
 
     def episode(self, episode_index: int) -> EpisodeInfo:
         """Return the episode with this ``episode_index`` (KeyError naming valid ones)."""
-        pos = self._positions.get(episode_index)
+        pos = self.columns.position(episode_index)
         if pos is None:
-            raise KeyError(
-                describe(
-                    "Unknown episode",
-                    expected=f"an episode_index among the {self.num_episodes} episodes "
-                    f"({self.episodes[0].episode_index}..{self.episodes[-1].episode_index})"
-                    if self.episodes
-                    else "a dataset with episodes",
-                    found=episode_index,
-                    file=self.root / "meta",
-                )
-            )
-        return self.episodes[pos]
+            raise self._unknown(episode_index)
+        return self.columns.info(pos)
 
-    @property
-    def _positions(self) -> dict[int, int]:
-        cache = self.__dict__.get("_pos_cache")
-        if cache is None:
-            cache = {e.episode_index: i for i, e in enumerate(self.episodes)}
-            object.__setattr__(self, "_pos_cache", cache)
-        return cache
+    def spans(self, episodes: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The columns planning needs: ``(episode_index, dataset_from_index, length)``.
+
+        Three int64 arrays of equal length, one entry per episode of ``episodes`` in the order
+        given (any sequence or array of episode indices; None: every episode, sorted). Episode
+        ``e`` holds the global indices ``[dataset_from_index, dataset_from_index + length)``.
+        This is the columnar form of ``[(e, meta.episode(e).dataset_from_index,
+        meta.episode(e).length) for e in episodes]``: no per-episode object is built (10^6
+        episodes in milliseconds). Raises KeyError (as :meth:`episode`) naming the first
+        unknown episode.
+        """
+        t = self.columns
+        if episodes is None:
+            return t.episode_index, t.dataset_from_index, t.length
+        rows, found = t.positions(episodes)
+        if not found.all():
+            raise self._unknown(int(np.asarray(episodes, dtype=np.int64).reshape(-1)[~found][0]))
+        return t.episode_index[rows], t.dataset_from_index[rows], t.length[rows]
+
+    def _unknown(self, episode_index: Any) -> KeyError:
+        idx = self.columns.episode_index
+        return KeyError(
+            describe(
+                "Unknown episode",
+                expected=f"an episode_index among the {self.num_episodes} episodes "
+                f"({int(idx[0])}..{int(idx[-1])})"
+                if len(idx)
+                else "a dataset with episodes",
+                found=episode_index,
+                file=self.root / "meta",
+            )
+        )
 
     def data_columns(self) -> tuple[str, ...]:
         """Names of the features stored in the data parquet files (all but video features),
@@ -289,13 +282,9 @@ class DatasetMeta:
 
     def fingerprint(self) -> dict[str, Any]:
         """A small JSON-safe summary that changes when the dataset's content layout changes."""
-        lengths = np.fromiter((e.length for e in self.episodes), dtype=np.int64)
-        starts = np.fromiter((e.dataset_from_index for e in self.episodes), dtype=np.int64)
-        import hashlib
-
         h = hashlib.sha256()
-        h.update(lengths.tobytes())
-        h.update(starts.tobytes())
+        h.update(self.columns.length.tobytes())  # int64, episode_index order
+        h.update(self.columns.dataset_from_index.tobytes())
         h.update(json.dumps(sorted({*self.features, *self.dropped}), sort_keys=True).encode())
         return {
             "version": self.version,

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import (
     DatasetFormatError,
     describe,
 )
-from .meta_files import _format_path, _read_jsonl, _tasks_tuple
-from .meta_types import EpisodeInfo, VideoRef
+from .episode_table import EpisodeTable, VideoColumns, task_columns
+from .meta_files import _format_path, _posix_inside, _read_jsonl, _tasks_tuple
 from .validate import (
     int_values,
     task_list,
@@ -19,7 +21,7 @@ from .validate import (
 
 def _load_v21(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
-) -> tuple[list[EpisodeInfo], tuple[str, ...]]:
+) -> tuple[EpisodeTable, tuple[str, ...]]:
     ep_path = root / "meta" / "episodes.jsonl"
     rows = _typed_jsonl_episodes(_read_jsonl(ep_path), ep_path)
     chunks_size = info.get("chunks_size", 1000)
@@ -56,38 +58,37 @@ def _load_v21(
                 file=root / "meta" / "info.json",
             )
         )
-    episodes = []
-    start = 0
-    for r in rows:
-        ep = int(r["episode_index"])
-        length = int(r["length"])
-        chunk = ep // chunks_size
-        videos = {}
-        for cam in camera_keys:
-            rel = _format_path(
-                video_tpl,
-                root,
-                what="video",
-                episode=ep,
-                episode_chunk=chunk,
-                video_key=cam,
-                episode_index=ep,
-            )
-            videos[cam] = VideoRef(path=rel, from_timestamp=0.0, to_timestamp=length / info["fps"])
-        episodes.append(
-            EpisodeInfo(
-                episode_index=ep,
-                length=length,
-                dataset_from_index=start,
-                data_path=_format_path(
-                    data_tpl, root, what="data", episode=ep, episode_chunk=chunk, episode_index=ep
-                ),
-                data_row_start=0,
-                tasks=r["tasks"],
-                videos=videos,
-            )
+    ep, length, ep_tasks = rows
+    fps = info["fps"]
+    video_paths, data_paths = _episode_paths(
+        root, data_tpl, video_tpl, camera_keys, ep, chunks_size
+    )
+    start = np.zeros(len(ep), dtype=np.int64)
+    np.cumsum(length[:-1], out=start[1:])
+    to_timestamp = length.astype(np.float64) / fps  # length / fps, as Python divides
+    data_file, data_names = _codes(data_paths)
+    videos = {}
+    for cam in camera_keys:
+        codes, names = _codes(video_paths[cam])
+        videos[cam] = VideoColumns(
+            file=codes,
+            paths=names,
+            from_timestamp=np.zeros(len(ep)),
+            to_timestamp=to_timestamp,
         )
-        start += length
+    offsets, task_codes, task_names = task_columns(ep_tasks)
+    columns = EpisodeTable(
+        episode_index=ep,
+        length=length,
+        dataset_from_index=start,
+        data_row_start=np.zeros(len(ep), dtype=np.int64),
+        data_file=data_file,
+        data_paths=data_names,
+        task_offsets=offsets,
+        task_codes=task_codes,
+        task_names=task_names,
+        videos=videos,
+    )
     tasks_path = root / "meta" / "tasks.jsonl"
     trows = _read_jsonl(tasks_path)
     bad = [t for t in trows if not isinstance(t, dict) or "task_index" not in t or "task" not in t]
@@ -104,12 +105,80 @@ def _load_v21(
     index = int_values([t["task_index"] for t in trows], "task_index", file=tasks_path)
     pairs = zip(index.tolist(), (str(t["task"]) for t in trows), strict=True)
     tasks = _tasks_tuple(pairs, tasks_path)
-    return episodes, tasks
+    return columns, tasks
 
 
-def _typed_jsonl_episodes(rows: list[Any], path: Path) -> list[dict[str, Any]]:
-    """meta/episodes.jsonl entries with int episode_index and length and a tasks tuple, sorted
-    by episode_index (see :mod:`.validate`)."""
+def _episode_paths(
+    root: Path,
+    data_tpl: str,
+    video_tpl: str | None,
+    camera_keys: tuple[str, ...],
+    ep: np.ndarray,
+    chunks_size: int,
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Each episode's video path per camera and data path, checked to stay inside the root.
+
+    One file per episode and camera: 3x10^5 paths at 10^5 episodes, so the templates are filled
+    with ``format_map`` on reused dicts. An episode whose paths do not pass is checked again by
+    :func:`_format_path`, which raises the error naming it (episodes in order, cameras before
+    the data file, as checked one by one before)."""
+    video_paths: dict[str, list[str]] = {cam: [] for cam in camera_keys}
+    data_paths: list[str] = []
+    fields: dict[str, Any] = {"episode_chunk": 0, "episode_index": 0}
+    per_cam = {cam: {**fields, "video_key": cam} for cam in camera_keys}
+    for k, e in enumerate(ep.tolist()):
+        chunk = e // chunks_size
+        try:
+            for cam, f in per_cam.items():
+                f["episode_chunk"], f["episode_index"] = chunk, e
+                rel = _posix_inside(video_tpl.format_map(f))  # type: ignore[union-attr]
+                if rel is None:
+                    raise ValueError(cam)
+                video_paths[cam].append(rel)
+            fields["episode_chunk"], fields["episode_index"] = chunk, e
+            rel = _posix_inside(data_tpl.format_map(fields))
+            if rel is None:
+                raise ValueError("data")
+            data_paths.append(rel)
+        except Exception:
+            for cam in camera_keys:  # this episode again, one path at a time: raises
+                del video_paths[cam][k:]
+                video_paths[cam].append(
+                    _format_path(
+                        video_tpl,  # type: ignore[arg-type]
+                        root,
+                        what="video",
+                        episode=e,
+                        episode_chunk=chunk,
+                        video_key=cam,
+                        episode_index=e,
+                    )
+                )
+            del data_paths[k:]
+            data_paths.append(
+                _format_path(
+                    data_tpl, root, what="data", episode=e, episode_chunk=chunk, episode_index=e
+                )
+            )
+    return video_paths, data_paths
+
+
+def _codes(paths: list[str]) -> tuple[np.ndarray, tuple[str, ...]]:
+    """``(codes, names)`` with ``names[codes[k]] == paths[k]``, names in order of first use."""
+    distinct = dict.fromkeys(paths)
+    if len(distinct) == len(paths):  # the usual v2.1 layout: one file per episode
+        return np.arange(len(paths), dtype=np.int32), tuple(paths)
+    names: dict[str, int] = {}
+    codes = np.fromiter((names.setdefault(p, len(names)) for p in paths), np.int32, len(paths))
+    return codes, tuple(names)
+
+
+def _typed_jsonl_episodes(
+    rows: list[Any], path: Path
+) -> tuple[np.ndarray, np.ndarray, list[tuple[str, ...]]]:
+    """meta/episodes.jsonl entries as ``(episode_index, length, tasks)`` columns (int64, int64,
+    one tuple of task strings per episode), stably sorted by episode_index (see
+    :mod:`.validate`)."""
     for k, r in enumerate(rows):
         if not isinstance(r, dict) or "episode_index" not in r or "length" not in r:
             raise DatasetFormatError(
@@ -123,12 +192,8 @@ def _typed_jsonl_episodes(rows: list[Any], path: Path) -> list[dict[str, Any]]:
             )
     ep = int_values([r["episode_index"] for r in rows], "episode_index", file=path)
     length = int_values([r["length"] for r in rows], "length", file=path, episodes=ep)
-    typed = [
-        {
-            "episode_index": int(ep[k]),
-            "length": int(length[k]),
-            "tasks": task_list(r.get("tasks"), file=path, episode=int(ep[k]), row=k),
-        }
-        for k, r in enumerate(rows)
+    tasks = [
+        task_list(r.get("tasks"), file=path, episode=int(ep[k]), row=k) for k, r in enumerate(rows)
     ]
-    return sorted(typed, key=lambda r: r["episode_index"])
+    order = np.argsort(ep, kind="stable")
+    return ep[order], length[order], [tasks[k] for k in order.tolist()]

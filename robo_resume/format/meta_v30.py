@@ -1,4 +1,9 @@
-"""LeRobot v3.0 metadata: ``meta/episodes/*.parquet`` (typed columns), ``meta/tasks.parquet``."""
+"""LeRobot v3.0 metadata: ``meta/episodes/*.parquet`` (typed columns), ``meta/tasks.parquet``.
+
+Over 400 lines because it is one pipeline read top to bottom: the files' columns, their checks
+in the order the per-episode loader made them (so each error names the same first episode),
+then paths and row offsets, each vectorised with its per-episode meaning next to it.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ from ..errors import (
     MissingFileError,
     describe,
 )
+from .episode_table import EpisodeTable, VideoColumns, take_ragged, task_columns
 from .meta_files import _format_path, _read_json, _tasks_tuple
-from .meta_types import EpisodeInfo, VideoRef
 from .validate import (
     float_values,
     int_values,
@@ -25,8 +30,9 @@ from .validate import (
 
 def _load_v30(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
-) -> tuple[list[EpisodeInfo], tuple[str, ...]]:
+) -> tuple[EpisodeTable, tuple[str, ...]]:
     import pandas as pd
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     ep_dir = root / "meta" / "episodes"
@@ -49,10 +55,11 @@ def _load_v30(
             f"videos/{cam}/from_timestamp",
             f"videos/{cam}/to_timestamp",
         ]
-    frames = []
+    parts = []
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            parquet = pq.ParquetFile(f)
+            schema = parquet.schema_arrow
         except Exception as exc:  # pyarrow raises several types for corrupt footers
             raise CorruptFileError(
                 describe(
@@ -76,7 +83,7 @@ def _load_v30(
             )
         cols = need + [c for c in ("tasks", "dataset_to_index") if c in schema.names]
         try:
-            table = pd.read_parquet(f, columns=cols)
+            table = parquet.read(columns=cols)
         except Exception as exc:  # a readable footer over damaged pages
             raise CorruptFileError(
                 describe(
@@ -87,22 +94,24 @@ def _load_v30(
                     fix="download the dataset's meta/ folder again",
                 )
             ) from exc
-        frames.append(_typed_episodes(table, f, camera_keys))
-    df = pd.concat(frames, ignore_index=True).sort_values("episode_index", kind="stable")
-    if "dataset_to_index" in df.columns and not df["dataset_to_index"].isna().any():
-        spans = df["dataset_to_index"].to_numpy() - df["dataset_from_index"].to_numpy()
-        bad = np.flatnonzero(spans != df["length"].to_numpy())
+        parts.append(_typed_episodes(table, f, camera_keys))
+        del table, parquet  # the columns keep only the buffers they use
+    col = _sorted_columns(parts)
+    ep = col["episode_index"]
+    if "dataset_to_index" in col:
+        spans = col["dataset_to_index"] - col["dataset_from_index"]
+        bad = np.flatnonzero(spans != col["length"])
         if bad.size:
-            r = df.iloc[int(bad[0])]
+            k = int(bad[0])
             raise MetadataMismatchError(
                 describe(
                     "Episode metadata disagrees with itself",
                     expected="dataset_to_index - dataset_from_index == length "
-                    f"({int(r['length'])})",
-                    found=f"dataset_from_index {int(r['dataset_from_index'])}, "
-                    f"dataset_to_index {int(r['dataset_to_index'])}",
+                    f"({int(col['length'][k])})",
+                    found=f"dataset_from_index {int(col['dataset_from_index'][k])}, "
+                    f"dataset_to_index {int(col['dataset_to_index'][k])}",
                     file=ep_dir,
-                    episode=int(r["episode_index"]),
+                    episode=int(ep[k]),
                     fix="download the dataset's meta/ folder again",
                 )
             )
@@ -131,57 +140,50 @@ def _load_v30(
             )
         )
 
-    rows = df.to_dict("records")
-    # Row offsets inside shared data files: episodes of one file are stored in index order.
-    by_file: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        ep = int(r["episode_index"])
-        r["_data_path"] = _format_path(
-            data_tpl,
-            root,
-            what="data",
-            episode=ep,
-            chunk_index=int(r["data/chunk_index"]),
-            file_index=int(r["data/file_index"]),
-        )
-        by_file.setdefault(r["_data_path"], []).append(r)
-    for members in by_file.values():
-        members.sort(key=lambda r: int(r["dataset_from_index"]))
-        offset = 0
-        for r in members:
-            r["_row_start"] = offset
-            offset += int(r["length"])
-
-    episodes = []
-    for r in rows:
-        ep = int(r["episode_index"])
-        videos = {}
-        for cam in camera_keys:
-            rel = _format_path(
+    # Paths: formatted once per distinct (chunk_index, file_index), in order of first row, so
+    # the first path that fails is the one of the first episode that names it (data paths of
+    # every episode first, then video paths row by row, camera by camera, as checked before).
+    data_file, data_paths = _paths(
+        data_tpl, root, "data", ep, col["data/chunk_index"], col["data/file_index"]
+    )
+    failures = []
+    found_videos = {}
+    for j, cam in enumerate(camera_keys):
+        try:
+            found_videos[cam] = _paths(
                 video_tpl,
                 root,
-                what="video",
-                episode=ep,
+                "video",
+                ep,
+                col[f"videos/{cam}/chunk_index"],
+                col[f"videos/{cam}/file_index"],
                 video_key=cam,
-                chunk_index=int(r[f"videos/{cam}/chunk_index"]),
-                file_index=int(r[f"videos/{cam}/file_index"]),
             )
-            videos[cam] = VideoRef(
-                path=rel,
-                from_timestamp=float(r[f"videos/{cam}/from_timestamp"]),
-                to_timestamp=float(r[f"videos/{cam}/to_timestamp"]),
-            )
-        episodes.append(
-            EpisodeInfo(
-                episode_index=ep,
-                length=int(r["length"]),
-                dataset_from_index=int(r["dataset_from_index"]),
-                data_path=r["_data_path"],
-                data_row_start=r["_row_start"],
-                tasks=r.get("tasks") or (),
-                videos=videos,
-            )
+        except _PathFailure as failure:
+            failures.append((failure.row, j, failure.error))
+    if failures:
+        raise min(failures, key=lambda f: f[:2])[2]
+    videos = {
+        cam: VideoColumns(
+            file=found_videos[cam][0],
+            paths=found_videos[cam][1],
+            from_timestamp=col[f"videos/{cam}/from_timestamp"],
+            to_timestamp=col[f"videos/{cam}/to_timestamp"],
         )
+        for cam in camera_keys
+    }
+    columns = EpisodeTable(
+        episode_index=ep,
+        length=col["length"],
+        dataset_from_index=col["dataset_from_index"],
+        data_row_start=_row_starts(data_file, col["dataset_from_index"], col["length"]),
+        data_file=data_file,
+        data_paths=data_paths,
+        task_offsets=col["task_offsets"],
+        task_codes=col["task_codes"],
+        task_names=col["task_names"],
+        videos=videos,
+    )
 
     tasks_path = root / "meta" / "tasks.parquet"
     if not tasks_path.is_file():
@@ -212,33 +214,83 @@ def _load_v30(
     index = int_values(tdf["task_index"].to_numpy(), "task_index", file=tasks_path)
     pairs = zip(index.tolist(), (str(s) for s in task_strings), strict=True)
     tasks = _tasks_tuple(pairs, tasks_path)
-    return episodes, tasks
+    # Arrow's allocator keeps the freed pages of the decoded table (about twice the columns at
+    # 10^6 episodes) for reuse; hand them back so loading leaves only the columns resident.
+    pa.default_memory_pool().release_unused()
+    return columns, tasks
 
 
-def _typed_episodes(df: Any, file: Path, camera_keys: tuple[str, ...]) -> Any:
-    """One episode metadata file's columns, validated and typed (see :mod:`.validate`)."""
-    ep = int_values(df["episode_index"].to_numpy(), "episode_index", file=file)
+def _numbers(table: Any, name: str) -> np.ndarray:
+    """A column as numpy: numeric columns without nulls straight from Arrow, anything else as
+    pandas gives it (NaN for nulls, objects for text), which :mod:`.validate` then refuses."""
+    import pyarrow as pa
+
+    col = table.column(name)
+    kind = col.type
+    if col.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        return col.to_numpy()
+    return col.to_pandas().to_numpy()
+
+
+def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple[str, ...]]:
+    """The ``tasks`` column as ``(offsets, codes, names)`` (see :class:`EpisodeTable`): a
+    list-of-strings column without nulls inside the lists is encoded by Arrow; anything else
+    goes row by row through :func:`~.validate.task_list` (which names the first bad row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = table.column("tasks")
+    kind = col.type
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
+        pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)
+    ):
+        lists = col.combine_chunks()
+        flat = lists.flatten()  # the values of non-null lists only
+        if flat.null_count == 0:
+            lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False)
+            offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            encoded = pc.dictionary_encode(flat)
+            return (
+                offsets,
+                encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+                tuple(encoded.dictionary.to_pylist()),
+            )
+    values = col.to_pandas().tolist()
+    return task_columns(
+        [task_list(t, file=file, episode=int(ep[k]), row=k) for k, t in enumerate(values)]
+    )
+
+
+def _typed_episodes(table: Any, file: Path, camera_keys: tuple[str, ...]) -> dict[str, Any]:
+    """One episode metadata file's columns, validated and typed (see :mod:`.validate`), in the
+    file's row order; ``task_offsets``/``task_codes``/``task_names`` encode ``tasks``."""
+    ep = int_values(_numbers(table, "episode_index"), "episode_index", file=file)
     typed: dict[str, Any] = {"episode_index": ep}
     ints = ["length", "dataset_from_index", "data/chunk_index", "data/file_index"]
     floats = []
     for cam in camera_keys:
         ints += [f"videos/{cam}/chunk_index", f"videos/{cam}/file_index"]
         floats += [f"videos/{cam}/from_timestamp", f"videos/{cam}/to_timestamp"]
-    if "dataset_to_index" in df.columns:
+    if "dataset_to_index" in table.column_names:
         ints.append("dataset_to_index")
     for c in ints:
-        typed[c] = int_values(df[c].to_numpy(), c, file=file, episodes=ep)
+        typed[c] = int_values(_numbers(table, c), c, file=file, episodes=ep)
     for c in floats:
-        typed[c] = float_values(df[c].to_numpy(), c, file=file, episodes=ep)
-    if "tasks" in df.columns:
-        typed["tasks"] = [
-            task_list(t, file=file, episode=int(ep[k]), row=k)
-            for k, t in enumerate(df["tasks"].tolist())
-        ]
-    out = df.assign(**typed)
-    bad = np.flatnonzero(out[floats[1::2]].to_numpy() < out[floats[0::2]].to_numpy())
+        typed[c] = float_values(_numbers(table, c), c, file=file, episodes=ep)
+    if "tasks" in table.column_names:
+        offsets, codes, names = _task_lists(table, file, ep)
+    else:
+        offsets, codes, names = np.zeros(len(ep) + 1, np.int64), np.zeros(0, np.int32), ()
+    typed.update(task_offsets=offsets, task_codes=codes, task_names=names)
+    if camera_keys:
+        ends = np.stack([typed[c] for c in floats[1::2]], axis=1)
+        starts = np.stack([typed[c] for c in floats[0::2]], axis=1)
+        bad = np.flatnonzero(ends < starts)
+    else:
+        bad = np.zeros(0, np.int64)
     if bad.size:
-        k, j = divmod(int(bad[0]), max(len(camera_keys), 1))
+        k, j = divmod(int(bad[0]), len(camera_keys))
         cam = camera_keys[j]
         raise DatasetFormatError(
             describe(
@@ -251,4 +303,118 @@ def _typed_episodes(df: Any, file: Path, camera_keys: tuple[str, ...]) -> Any:
                 fix="download the dataset's meta/ folder again",
             )
         )
+    return typed
+
+
+def _sorted_columns(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The files' columns concatenated and stably sorted by episode_index (task names merged).
+
+    ``dataset_to_index`` is kept only when every file has it (it is an optional check)."""
+    keys = [k for k in parts[0] if not k.startswith("task_")]
+    if any("dataset_to_index" not in p for p in parts):
+        keys = [k for k in keys if k != "dataset_to_index"]
+    if len(parts) == 1:
+        col = dict(parts[0])
+    else:
+        col = {k: np.concatenate([p[k] for p in parts]) for k in keys}
+        names: dict[str, int] = {}
+        codes, lengths = [], []
+        for p in parts:
+            remap = [names.setdefault(s, len(names)) for s in p["task_names"]]
+            codes.append(np.asarray(remap, np.int32)[p["task_codes"]] if remap else p["task_codes"])
+            lengths.append(np.diff(p["task_offsets"]))
+        offsets = np.zeros(len(col["episode_index"]) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        col["task_codes"] = np.concatenate(codes).astype(np.int32)
+        col["task_offsets"] = offsets
+        col["task_names"] = tuple(names)
+    offsets = col["task_offsets"]
+    ep = col["episode_index"]
+    if len(ep) and not (ep[1:] >= ep[:-1]).all():
+        order = np.argsort(ep, kind="stable")
+        for k in keys:
+            col[k] = col[k][order]
+        col["task_offsets"], col["task_codes"] = take_ragged(offsets, col["task_codes"], order)
+    return col
+
+
+class _PathFailure(Exception):
+    """A path template failed at ``row`` (``error`` is what to raise)."""
+
+    def __init__(self, row: int, error: Exception) -> None:
+        super().__init__(str(error))
+        self.row, self.error = row, error
+
+
+def _paths(
+    template: str,
+    root: Path,
+    what: str,
+    ep: np.ndarray,
+    chunk: np.ndarray,
+    file: np.ndarray,
+    **extra: Any,
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """``(codes, paths)``: row ``k``'s file is ``paths[codes[k]]``, the template filled with its
+    ``chunk_index`` and ``file_index`` (checked to stay inside the root). Each distinct pair is
+    formatted once, in order of first row; a data path that fails raises its error, a video
+    path raises :class:`_PathFailure` carrying the row (the caller picks the first camera)."""
+    n = len(ep)
+    if n == 0:
+        return np.zeros(0, np.int32), ()
+    # Runs of equal pairs (consecutive episodes share a file): distinct pairs among the runs.
+    change = np.flatnonzero((chunk[1:] != chunk[:-1]) | (file[1:] != file[:-1])) + 1
+    run_first = np.concatenate(([0], change))
+    run_of_row = np.repeat(np.arange(len(run_first)), np.diff(np.append(run_first, n)))
+    rc, rf = chunk[run_first], file[run_first]
+    if int(rc.max()) < 2**31 and int(rf.max()) < 2**31:
+        _, first, inverse = np.unique((rc << 31) | rf, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(
+            np.stack([rc, rf], axis=1), axis=0, return_index=True, return_inverse=True
+        )
+    first = run_first[first]  # np.unique's first index is the first run, so the first row
+    inverse = inverse.reshape(-1)[run_of_row]
+    order = np.argsort(first)  # distinct pairs by first row
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    strings: dict[str, int] = {}
+    pair_code = np.empty(len(order), dtype=np.int32)
+    for r, k in enumerate(first[order].tolist()):
+        try:
+            rel = _format_path(
+                template,
+                root,
+                what=what,
+                episode=int(ep[k]),
+                chunk_index=int(chunk[k]),
+                file_index=int(file[k]),
+                **extra,
+            )
+        except DatasetFormatError as exc:
+            if what == "data":
+                raise
+            raise _PathFailure(k, exc) from None
+        pair_code[r] = strings.setdefault(rel, len(strings))
+    return pair_code[rank[inverse]], tuple(strings)
+
+
+def _row_starts(data_file: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Each episode's first row in its data file: episodes sharing a file are stored in
+    ``dataset_from_index`` order (ties in episode order), so it is the sum of the lengths of
+    the episodes before it in that order."""
+    n = len(length)
+    f, s = data_file, start
+    if ((f[1:] > f[:-1]) | ((f[1:] == f[:-1]) & (s[1:] >= s[:-1]))).all():
+        order = np.arange(n)  # the usual layout: already in (file, dataset_from_index) order
+    else:
+        order = np.lexsort((np.arange(n), start, data_file))
+    lengths = length[order]
+    before = np.cumsum(lengths) - lengths
+    files = data_file[order]
+    new_file = np.ones(n, dtype=bool)
+    new_file[1:] = files[1:] != files[:-1]
+    group_first = np.maximum.accumulate(np.where(new_file, np.arange(n), 0))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = before - before[group_first]
     return out

@@ -1,9 +1,11 @@
 """Dataset metadata of LeRobot format v3.0 and v2.1, read from files (never from lerobot).
 
-:func:`load_metadata` returns a :class:`DatasetMeta`: fps, features, cameras, tasks, stats and one
-:class:`EpisodeInfo` per episode saying where its rows and video frames live. Only metadata files
-are read (``meta/``); data and video files are opened later by the readers, which check them
-(:meth:`DatasetMeta.check_video_stream` compares an opened video with info.json).
+:func:`load_metadata` returns a :class:`DatasetMeta`: fps, features, cameras, tasks, stats and the
+episodes as columns (an :class:`~.episode_table.EpisodeTable` of numpy arrays, read straight from
+the episodes parquet with pyarrow and validated column by column) saying where each episode's
+rows and video frames live; ``meta.episode(e)`` builds one :class:`EpisodeInfo` on demand. Only
+metadata files are read (``meta/``); data and video files are opened later by the readers, which
+check them (:meth:`DatasetMeta.check_video_stream` compares an opened video with info.json).
 
 Load-time checks (cheap, no data or video file opened): supported version, required files and
 keys, valid JSON/parquet, fps and features (no depth maps or language columns, see
@@ -14,8 +16,6 @@ empty or duplicated episodes, and (v3.0) ``dataset_to_index - dataset_from_index
 from __future__ import annotations
 
 from pathlib import Path
-
-import numpy as np
 
 from ..errors import (
     DatasetFormatError,
@@ -47,10 +47,10 @@ def load_metadata(root: str | Path) -> DatasetMeta:
     stats_path = root / "meta" / "stats.json"
     stats = _read_json(stats_path) if stats_path.is_file() else {}
     if version == "v3.0":
-        episodes, tasks = _load_v30(root, info, camera_keys)
+        columns, tasks = _load_v30(root, info, camera_keys)
     else:
-        episodes, tasks = _load_v21(root, info, camera_keys)
-    if not episodes:
+        columns, tasks = _load_v21(root, info, camera_keys)
+    if not len(columns):
         raise DatasetFormatError(
             describe(
                 "The dataset has no episodes",
@@ -60,34 +60,17 @@ def load_metadata(root: str | Path) -> DatasetMeta:
                 fix="download the dataset's meta/ folder again",
             )
         )
-    _check_unique(root, episodes)
+    _check_unique(root, columns.episode_index)
     check_agreement(
-        root,
-        info,
-        np.fromiter((e.episode_index for e in episodes), np.int64, len(episodes)),
-        np.fromiter((e.length for e in episodes), np.int64, len(episodes)),
-        np.fromiter((e.dataset_from_index for e in episodes), np.int64, len(episodes)),
-    )
-    for ep in episodes:
-        if ep.length <= 0:
-            raise DatasetFormatError(
-                describe(
-                    "An episode has no frames",
-                    expected="length >= 1",
-                    found=f"length {ep.length}",
-                    file=root / "meta",
-                    episode=ep.episode_index,
-                    fix="remove the empty episode from the dataset, or select the other "
-                    "episodes with episodes=[...]",
-                )
-            )
+        root, info, columns.episode_index, columns.length, columns.dataset_from_index
+    )  # also refuses empty episodes (length < 1), naming the first
     return DatasetMeta(
         root=root,
         version=version,
         fps=int(info["fps"]) if float(info["fps"]).is_integer() else info["fps"],
         features=features,
         camera_keys=camera_keys,
-        episodes=tuple(episodes),
+        columns=columns,
         tasks=tasks,
         info=info,
         stats=stats,

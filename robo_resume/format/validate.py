@@ -123,9 +123,8 @@ def int_values(
             if not ok or abs(int(v)) > maximum:
                 raise _bad(name, expected, v, k, file, _episode_at(episodes, k))
             out[k] = int(v)
-    bad = np.flatnonzero((out < minimum) | (out > maximum))
-    if bad.size:
-        k = int(bad[0])
+    if out.size and (out.min() < minimum or out.max() > maximum):  # rare: then find the row
+        k = int(np.flatnonzero((out < minimum) | (out > maximum))[0])
         raise _bad(name, expected, int(out[k]), k, file, _episode_at(episodes, k))
     return out
 

@@ -49,10 +49,10 @@ class ItemBuilder:
         self.decoder_threads = self.options.decoder_threads
         self.camera_threads = 1  # cameras decoded concurrently (the stream sets it)
         self._pool: tuple[int, Any] | None = None  # (pid, ThreadPoolExecutor)
-        rows: dict[str, int] = {}
-        for ep in meta.episodes:
-            rows[ep.data_path] = rows.get(ep.data_path, 0) + ep.length
-        self._file_rows = rows
+        cols = meta.columns
+        rows = np.zeros(len(cols.data_paths), dtype=np.int64)
+        np.add.at(rows, cols.data_file, cols.length)  # rows of each data file: its episodes
+        self._file_rows = dict(zip(cols.data_paths, rows.tolist(), strict=True))
         self._checked: set[str] = set()
         self._videos_checked: set[str] = set()
         d = self.delta or {}
@@ -130,6 +130,19 @@ class ItemBuilder:
             self._check_video_starts(camera, reader, info)
             self._videos_checked.add(key)
 
+    def _video_members(self, camera: str, rel: str) -> list[tuple[float, int, int]]:
+        """``(from_timestamp, episode_index, length)`` of the episodes whose ``camera`` video is
+        the file ``rel``, sorted (by time in the file)."""
+        cols = self.meta.columns
+        video = cols.videos.get(camera)
+        if video is None or rel not in video.paths:
+            return []
+        rows = np.flatnonzero(video.file == video.paths.index(rel))
+        ts, ep, length = video.from_timestamp[rows], cols.episode_index[rows], cols.length[rows]
+        order = np.lexsort((length, ep, ts))
+        columns = (ts[order].tolist(), ep[order].tolist(), length[order].tolist())
+        return list(zip(*columns, strict=True))
+
     def _check_video_starts(self, camera: str, reader: VideoReader, info: Any) -> None:
         """Each episode of a shared mp4 starts at the frame after the episodes before it.
 
@@ -140,11 +153,7 @@ class ItemBuilder:
         this catches it from the metadata and the container header alone, with no decoding.
         """
         rel = reader.path.relative_to(self.meta.root).as_posix()
-        members = sorted(
-            (e.videos[camera].from_timestamp, e.episode_index, e.length)
-            for e in self.meta.episodes
-            if camera in e.videos and e.videos[camera].path == rel
-        )
+        members = self._video_members(camera, rel)
         fps = float(info.fps or self.meta.fps)
         t0 = reader.start_time()
         start = 0

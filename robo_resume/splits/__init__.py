@@ -83,16 +83,16 @@ def select_episodes(meta: DatasetMeta, episodes: EpisodeSelection) -> tuple[int,
     nothing is read or copied.
     """
     if episodes is None:
-        return tuple(e.episode_index for e in meta.episodes)
+        return tuple(meta.episode_indices.tolist())
     if isinstance(episodes, str | Split):
         splits = meta.info.get("splits")
         return resolve_selection(
             episodes,
-            [e.episode_index for e in meta.episodes],
+            meta.episode_indices.tolist(),
             splits=splits if isinstance(splits, Mapping) else None,
         )
     chosen = sorted({int(e) for e in episodes})
-    known = {e.episode_index for e in meta.episodes}
+    known = set(meta.episode_indices.tolist())
     unknown = [e for e in chosen if e not in known]
     if unknown:
         raise ValueError(
