@@ -17,10 +17,9 @@ from ..errors import (
 from ..index.elastic import Layout
 from ..index.schedule import (
     Group,
-    Schedule,
     Topology,
 )
-from ..items.rows import rows_of
+from ..items.rows import block_items
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
 from ..stream.blocks import (
@@ -29,6 +28,7 @@ from ..stream.blocks import (
     _Block,
     _discard,
     _in_worker,
+    _plain_ring,
     _skip_record,
     _streaming_error,
     _torch_threads,
@@ -59,11 +59,12 @@ class _Reading:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """This worker's stream, one item per frame (for a DataLoader with ``batch_size``).
 
-        Items are views of batches built whole (see :meth:`_generate`): a plain
-        ``DataLoader(ds, batch_size=ds.batch_size)`` with 0 workers runs at about the speed of
-        :meth:`dataloader`; with workers it is 2-3x slower (fresh shared memory per batch,
-        float32 images made and moved in the worker), and the first worker logs
-        :data:`PLAIN_LOADER_NOTE` once at INFO. Use :meth:`dataloader` for full speed.
+        Items are row views of batches built whole (see :meth:`_generate`): a plain
+        ``DataLoader(ds, batch_size=ds.batch_size, num_workers=W)`` collates them back into
+        those batches without a copy and, with workers, through reused shared buffers, at about
+        the speed of :meth:`dataloader` (README, "A plain DataLoader"). Another ``batch_size``
+        works too, at the cost of one stack per batch. The first worker logs
+        :data:`PLAIN_LOADER_NOTE` once at INFO.
         """
         if self.on_error == "skip":
             raise ValueError(
@@ -125,24 +126,6 @@ class _Reading:
             self._log_resume(layout.view(epoch, stream), stream, epoch, position)
         return layout, stream, role, num_workers, epoch, position, slot
 
-    def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
-        if position >= sched.frames_per_stream:
-            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
-            return
-        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
-        done = np.bincount(group.order[:offset], minlength=len(group.segments))
-        j = int(group.order[offset])
-        seg = group.segments[j]
-        logger.info(
-            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
-            stream,
-            epoch,
-            seg.chunk_id,
-            seg.start + int(done[j]),
-            seg.episode_index,
-            position,
-        )
-
     def _configure_decoding(self) -> None:
         """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
         worker = _in_worker()
@@ -158,23 +141,25 @@ class _Reading:
         """Items of the stream from ``(epoch, position)``, one dict per frame.
 
         The items of each of :meth:`_generate_batches`' batches (the short last one always
-        included), in order: every tensor is a :class:`~robo_resume.items.rows.BlockRow`, a view
-        of its row of the batch column, which ``default_collate`` stacks back without a copy when
-        the DataLoader's ``batch_size`` equals the dataset's (the DataLoader's batches then are
-        these batches). Images are converted once per batch, not per item.
+        included), in order, as :class:`~robo_resume.items.rows.BlockItem` s of
+        :class:`~robo_resume.items.rows.BlockRow` views: ``default_collate`` of a DataLoader
+        whose ``batch_size`` is the dataset's gives back these batches without a copy (in a
+        worker, with the cameras in its :class:`~robo_resume.stream.blocks._PlainRing`).
         """
         live = self._live
         batches = self._generate_batches(
-            sched, stream, role, num_workers, epoch, position, slot, whole_tail=True
+            sched, stream, role, num_workers, epoch, position, slot, whole_tail=True, plain=True
         )
         for batch in batches:
-            cursor = batch[CURSOR_KEY]
-            for i, row in enumerate(cursor.tolist()):
-                live["epoch"], live["position"] = row[3], row[4]
-                yield {
-                    k: rows_of(v, i) if isinstance(v, torch.Tensor) else v[i]
-                    for k, v in batch.items()
-                }
+            where = batch[CURSOR_KEY][:, 3:].tolist()
+            release = batch.pop(RELEASE_KEY, None)  # (flag, token, cameras): a worker's ring
+            items = block_items(batch, len(where), release)
+            del batch  # the items hold it
+            item = None
+            for item, (e, p) in zip(items, where, strict=True):
+                live["epoch"], live["position"] = e, p
+                yield item
+            del items, item  # drop the last batch before the next is built
 
     def _generate_batches(
         self,
@@ -188,25 +173,32 @@ class _Reading:
         image_dtype=None,
         ring=None,
         whole_tail=False,
+        plain=False,
     ):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
         A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
         are cut at those places, and a batch is assembled once from its blocks (a short last
         batch is dropped with drop_last, kept with ``whole_tail``). The result equals
-        ``default_collate`` of the items.
+        ``default_collate`` of the items. ``plain`` (the items of a plain DataLoader): in a
+        worker, cameras go into the worker's :class:`~robo_resume.stream.blocks._PlainRing`
+        and the batch carries :data:`RELEASE_KEY` ``(flag, token, cameras)``.
         """
         self._configure_decoding()
         b = self.batch_size
         pending: list[_Block] = []
         shared = _in_worker()
         opts = self.items.options
+        final = (image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None
         target = _BatchTarget(
             self.items,
             b,
             shared=shared,
-            final=(image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None,
+            final=final,
             ring=self._worker_ring(ring) if ring is not None and shared else None,
+            plain=_plain_ring(self._plain_rings, self.items, b, final)
+            if plain and shared
+            else None,
         )
         blocks = self._blocks(
             sched, stream, role, num_workers, epoch, position, slot, lambda: b - target.have, target
@@ -225,11 +217,15 @@ class _Reading:
                 if direct:  # cameras first, as in an item
                     cols = {**direct, **{k: v for k, v in cols.items() if k not in direct}}
                 with _torch_threads():
-                    batch = self.items.finish(cols, image_dtype=image_dtype, shared=shared)
+                    batch = self.items.finish(
+                        cols, image_dtype=image_dtype, shared=shared, into=target.out
+                    )
                 if skipped:
                     batch[SKIPPED_KEY] = skipped
                 if target.ticket is not None:
                     batch[RELEASE_KEY] = target.ticket
+                if target.release is not None:
+                    batch[RELEASE_KEY] = (*target.release, target.plain.cameras)
                 pending = []
                 yield batch
 
