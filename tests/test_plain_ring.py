@@ -278,3 +278,22 @@ def test_another_batch_size_is_stacked_and_said_once(two_cams, caplog):
     flat = {k: torch.cat([b[k] for b in want]) for k in ("index", CAM)}
     got = {k: torch.cat([b[k] for b in batches]) for k in ("index", CAM)}
     assert torch.equal(got["index"], flat["index"]) and torch.equal(got[CAM], flat[CAM])
+
+
+def _rewrap(items):
+    """A custom collate_fn: torch's batch handed on as another dict (module level: picklable)."""
+    return dict(default_collate(items))
+
+
+@pytest.mark.timeout(180)
+def test_a_batch_rewrapped_by_a_custom_collate_keeps_its_buffer(two_cams):
+    """The main process holds ring views that did not arrive as a RingBatch: held batches of
+    2 real workers keep their frames (the worker never reuses those buffers)."""
+    ds = ChunkedEpisodeDataset(two_cams, batch_size=4, chunk_frames=6, image_dtype="uint8")
+    reader = LeRobotReader(two_cams, image_dtype="uint8")
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=_rewrap)
+    held = list(loader)
+    assert len(held) == ds.batches_per_epoch(2) > 2 * (RING + 2)
+    for batch in held:
+        for idx, img in zip(batch["index"].tolist(), batch[CAM], strict=True):
+            assert torch.equal(img, reader[idx][CAM]), f"index {idx}"

@@ -218,11 +218,11 @@ def collate_items(batch: Sequence[Any], *, collate_fn_map: dict | None = None) -
 class RingBatch(dict):
     """A DataLoader worker's collated batch whose cameras live in a reusable shared buffer.
 
-    Only ever pickled to the main process (the DataLoader's result queue): pickling marks the
-    buffer's flag with the batch's token, and the main process rebuilds a plain ``dict`` of
-    plain tensors (:func:`_rebuild_ring_batch`) whose camera tensors set the flag back to 0 when
-    the last of them (and of their views) is gone. The worker reuses the buffer only when the
-    flag is 0 and nothing in the worker refers to it (see ``robo_resume.stream.blocks``).
+    Pickled to the main process (the DataLoader's result queue), which rebuilds a plain
+    ``dict`` of plain tensors (:func:`_rebuild_ring_batch`) whose camera tensors set the
+    buffer's flag (the batch's token since the worker took the buffer) back to 0 when the last
+    of them (and of their views) is gone. The worker reuses the buffer only when the flag is 0
+    and nothing in the worker refers to it (see ``robo_resume.stream.blocks._PlainRing``).
     """
 
     __slots__ = ("_rr_release",)
@@ -232,8 +232,7 @@ class RingBatch(dict):
         self._rr_release = release
 
     def __reduce_ex__(self, protocol: int) -> Any:
-        flag, token, cameras = self._rr_release
-        flag[0] = token  # in use by the receiving process until it drops the batch
+        _, token, cameras = self._rr_release
         return (_rebuild_ring_batch, (dict(self), token, cameras))
 
     def __copy__(self) -> dict[str, Any]:

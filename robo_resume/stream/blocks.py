@@ -125,11 +125,14 @@ class _PlainRing:
     For batches collated by torch (``DataLoader(ds, batch_size=...)``), which reach the main
     process as :class:`robo_resume.items.rows.RingBatch`. Each buffer is one shared-memory
     storage: an int64 flag at offset 0, then one ``(size, ...)`` tensor per camera. A buffer
-    is free when (1) its flag is 0: pickling the batch to the main process sets it to the
-    batch's token, the main process sets 0 again when it has dropped the batch's cameras, and
-    (2) nothing in this worker holds its storage any more (items, their rows, a batch waiting
-    to be pickled): the storage's use count is back to the ring's own. Buffers are made on
-    first need; with all :data:`RING` in use, :meth:`take` returns None (fresh memory then).
+    is free when (1) its flag is 0: :meth:`take` sets it to the batch's token, and only the
+    main process sets 0 again, when it has dropped the cameras of the RingBatch it received (a
+    batch that leaves the worker in any other form, say re-wrapped by a custom collate_fn,
+    keeps its buffer for good: the worker takes fresh memory instead, never a buffer the main
+    process may still read), and (2) nothing in this worker holds its storage any more (items
+    a wrapper keeps, rows, a batch waiting to be pickled): the storage's use count is back to
+    the ring's own. Buffers are made on first need; with all :data:`RING` in use, :meth:`take`
+    returns None (fresh memory then).
     """
 
     def __init__(self, specs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
@@ -156,7 +159,9 @@ class _PlainRing:
     def _hand_out(self, flag: torch.Tensor, bufs: dict[str, torch.Tensor]):
         # new view objects: a holder of the batch then counts in the storage's use count
         self._sent = (self._sent + 1) & 0xFFFFFF
-        return {c: t[:] for c, t in bufs.items()}, (flag, (os.getpid() << 24) | self._sent)
+        token = (os.getpid() << 24) | self._sent
+        flag[0] = token  # in use until the main process drops the batch (see the class)
+        return {c: t[:] for c, t in bufs.items()}, (flag, token)
 
 
 def _plain_ring(

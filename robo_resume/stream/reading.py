@@ -40,10 +40,11 @@ from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests
 logger = logging.getLogger("robo_resume")
 
 PLAIN_LOADER_NOTE = (
-    "robo_resume: items are collated by torch in DataLoader workers (a plain "
-    "torch.utils.data.DataLoader or collate_fn=). ds.dataloader(num_workers=...) yields the same "
-    "batches 1.6-3x faster with workers (uint8 frames through reused shared memory, float32 "
-    "conversion in the main process); see the README, 'A plain DataLoader'."
+    "robo_resume: items are collated in DataLoader workers (a plain torch.utils.data.DataLoader "
+    "or collate_fn=). They collate back into the dataset's batches without a copy, through reused "
+    "shared memory, with torch's default collate and batch_size=ds.batch_size; other collate "
+    "functions or batch sizes stack every batch. ds.dataloader(num_workers=...) yields the same "
+    "batches and adds len(), epochs() and on_error='skip'; see the README, 'A plain DataLoader'."
 )
 
 
