@@ -225,6 +225,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
         # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
         self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
+        self._plain_rings: dict[tuple[str, int], Any] = {}  # a plain loader worker's (reading)
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}

@@ -4,7 +4,8 @@ and the float conversion of images done once per batch (:func:`to_float`)."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -73,12 +74,17 @@ BUFFERS = BufferPool()
 """The process's pool for float32 images and uint8 batches built in this process."""
 
 
-def to_float(src: torch.Tensor, shared: bool = False) -> torch.Tensor:
+def to_float(
+    src: torch.Tensor, shared: bool = False, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """uint8 images -> float32 in [0, 1] (``x / 255``, the values lerobot computes).
 
-    One pass into a pooled buffer (:data:`BUFFERS`), or into shared memory when ``shared``.
+    One pass into ``out`` (a float32 tensor of ``src``'s shape) when given, else into a pooled
+    buffer (:data:`BUFFERS`), or into shared memory when ``shared``.
     """
-    if shared:
+    if out is not None:
+        dst = out
+    elif shared:
         dst = _empty(src.shape, torch.float32, True)
     else:
         dst = BUFFERS.empty(src.shape, torch.float32)
@@ -137,3 +143,29 @@ def _pack_shared(columns: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
     for k, v in columns.items():
         out[k].numpy()[...] = v
     return out
+
+
+def release_when_dropped(
+    batch: dict[str, Any], keys: Sequence[str], release: Callable[[], None]
+) -> None:
+    """Call ``release()`` once the tensors ``batch[k]`` for ``keys`` are all gone.
+
+    Each tensor is replaced by a tensor over a numpy view of it (same memory, same values, a
+    plain ``torch.Tensor``); the view lives as long as anything refers to that memory (the
+    tensor, its views, arrays made from it). When the last view of the last key dies,
+    ``release()`` runs (from a finalizer: keep it short and lock-free). Nothing is released
+    while a caller still holds the original tensors (they keep the memory, not the views).
+    """
+    left = [len(keys)]
+
+    def dropped() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            release()
+
+    for k in keys:
+        view = batch[k].numpy()
+        weakref.finalize(view, dropped)
+        batch[k] = torch.from_numpy(view)
+    if not keys:
+        release()

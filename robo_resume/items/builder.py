@@ -224,6 +224,7 @@ class ItemBuilder:
         *,
         image_dtype: str | None = None,
         shared: bool = False,
+        into: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, Any]:
         """Convert numpy columns from :meth:`EpisodeRangeReader.raw` to item columns.
 
@@ -234,7 +235,9 @@ class ItemBuilder:
         per camera (the float conversion), written straight into shared memory when ``shared``
         (a DataLoader worker: the batch then crosses to the main process without another copy).
         A camera value that is already a uint8 tensor (decoded into its final buffer, see
-        :meth:`camera_buffers`) is used as it is when no conversion is asked for.
+        :meth:`camera_buffers`) is used as it is when no conversion is asked for. ``into``:
+        float32 tensors of the cameras' batch shapes the conversion writes into (a worker's
+        reusable buffers), used when there is no transform.
         """
         dtype = torch.float32 if (image_dtype or self.options.image_dtype) == "float32" else None
         transform = self.options.image_transforms
@@ -249,7 +252,7 @@ class ItemBuilder:
                     continue
                 if transform is None:
                     if dtype is not None:
-                        t = to_float(t, shared)
+                        t = to_float(t, shared, out=(into or {}).get(key))
                     else:
                         t = _empty(t.shape, torch.uint8, shared).copy_(t)
                 else:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ..items.buffers import shared_views
 from ..keys import CURSOR_KEY
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
@@ -126,6 +127,78 @@ def _torch_threads():
         torch.set_num_threads(n)
 
 
+_FLAG = " flag"  # the buffer's first entry (never a feature key: those have no spaces)
+
+
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # torch >= 2.1
+
+
+def _uses(t: torch.Tensor) -> int:
+    """How many tensors (of any process-local owner) hold ``t``'s storage."""
+    return _USE_COUNT(t.untyped_storage()._cdata)
+
+
+class _PlainRing:
+    """A plain DataLoader worker's :data:`RING` reusable buffers for its batches' cameras.
+
+    For batches collated by torch (``DataLoader(ds, batch_size=...)``), which reach the main
+    process as :class:`robo_resume.items.rows.RingBatch`. Each buffer is one shared-memory
+    storage: an int64 flag at offset 0, then one ``(size, ...)`` tensor per camera. A buffer
+    is free when (1) its flag is 0: :meth:`take` sets it to the batch's token, and only the
+    main process sets 0 again, when it has dropped the cameras of the RingBatch it received (a
+    batch that leaves the worker in any other form, say re-wrapped by a custom collate_fn,
+    keeps its buffer for good: the worker takes fresh memory instead, never a buffer the main
+    process may still read), and (2) nothing in this worker holds its storage any more (items
+    a wrapper keeps, rows, a batch waiting to be pickled): the storage's use count is back to
+    the ring's own. Buffers are made on first need; with all :data:`RING` in use, :meth:`take`
+    returns None (fresh memory then).
+    """
+
+    def __init__(self, specs: dict[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+        self.specs = specs
+        self.cameras = tuple(specs)
+        self.slots: list[tuple[torch.Tensor, dict[str, torch.Tensor], int]] = []
+        self._sent = 0
+
+    def take(self) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, int]] | None:
+        """Fresh views of a free buffer's cameras and its ``(flag, token)``, else None."""
+        if _USE_COUNT is None:  # a torch that cannot say who holds a storage: no reuse
+            return None
+        for flag, bufs, base in self.slots:
+            if int(flag[0]) == 0 and _uses(flag) == base:
+                return self._hand_out(flag, bufs)
+        if len(self.slots) >= RING:
+            return None
+        views = shared_views({_FLAG: ((1,), np.dtype(np.int64)), **self.specs})
+        flag = views.pop(_FLAG)
+        flag.zero_()
+        self.slots.append((flag, views, _uses(flag)))
+        return self._hand_out(flag, views)
+
+    def _hand_out(self, flag: torch.Tensor, bufs: dict[str, torch.Tensor]):
+        # new view objects: a holder of the batch then counts in the storage's use count
+        self._sent = (self._sent + 1) & 0xFFFFFF
+        token = (os.getpid() << 24) | self._sent
+        flag[0] = token  # in use until the main process drops the batch (see the class)
+        return {c: t[:] for c, t in bufs.items()}, (flag, token)
+
+
+def _plain_ring(
+    rings: dict[tuple[str, int], _PlainRing], items: Any, size: int, final: bool
+) -> _PlainRing | None:
+    """The worker's :class:`_PlainRing` in ``rings`` for batches of ``size`` (uint8 cameras
+    decoded into it when ``final``, else float32 conversions), made on first use; None with
+    image transforms (their output shape is the transform's)."""
+    if items.options.image_transforms is not None:
+        return None
+    dtype = np.dtype(np.uint8 if final else np.float32)
+    key = (dtype.str, size)
+    if key not in rings:
+        shapes = {c: items.camera_shape(c) for c in items.meta.camera_keys}
+        rings[key] = _PlainRing({c: ((size, *s), dtype) for c, s in shapes.items() if s})
+    return rings[key]
+
+
 class _BatchTarget:
     """The camera buffers of the batch being built, which the blocks decode straight into.
 
@@ -134,10 +207,21 @@ class _BatchTarget:
     process. Otherwise (float32 or transforms follow) one private scratch buffer per camera is
     reused batch after batch: the conversion reads it before the next batch is decoded.
     ``have`` counts the positions of the batch read so far (the consumer advances it).
+
+    ``plain`` (a worker of a plain DataLoader): a :class:`_PlainRing` of buffers for the final
+    camera columns (uint8, decoded into) or for the float32 conversion (:attr:`out`); the batch
+    taken from one carries :attr:`release` ``(flag, token)``.
     """
 
     def __init__(
-        self, items: Any, size: int, *, shared: bool, final: bool, ring: Any = None
+        self,
+        items: Any,
+        size: int,
+        *,
+        shared: bool,
+        final: bool,
+        ring: Any = None,
+        plain: _PlainRing | None = None,
     ) -> None:
         self.items, self.size, self.shared, self.final = items, size, shared, final
         self.cameras = list(items.meta.camera_keys)  # camera_buffers leaves out unknown shapes
@@ -149,6 +233,10 @@ class _BatchTarget:
         self._sent = 0
         self.ticket: tuple[int, int] | None = None  # (flag index, token) of the last batch
         self._taking: tuple[int, int] | None = None
+        self.plain = plain if shared else None
+        self.release: tuple[torch.Tensor, int] | None = None  # of the last batch taken
+        self.out: dict[str, torch.Tensor] | None = None  # float32 buffers of the last batch
+        self._plain_taking: tuple[torch.Tensor, int] | None = None
 
     def _from_ring(self) -> dict[str, torch.Tensor] | None:
         """Buffers of a free ring slot, marked in use with a new token (None: all in use).
@@ -175,6 +263,10 @@ class _BatchTarget:
         if self._bufs is None:
             if self.final:
                 self._bufs = self._from_ring() if self._ring is not None else None
+                if self._bufs is None and self.plain is not None:
+                    got = self.plain.take()
+                    if got is not None:
+                        self._bufs, self._plain_taking = got
                 if self._bufs is None:
                     self._bufs = self.items.camera_buffers(
                         self.cameras, self.size, shared=self.shared
@@ -191,6 +283,11 @@ class _BatchTarget:
         bufs, n = self._bufs, self.have
         self._bufs, self._arrays, self.have = None, {}, 0
         self.ticket, self._taking = self._taking, None
+        self.release, self._plain_taking, self.out = self._plain_taking, None, None
+        if not self.final and self.plain is not None and n == self.size:
+            got = self.plain.take()  # the float32 conversion's buffers
+            if got is not None:
+                self.out, self.release = got
         if bufs is None:
             return {}
         keep = None

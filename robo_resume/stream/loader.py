@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from ..errors import (
     describe,
 )
 from ..items import to_float
+from ..items.buffers import release_when_dropped
 from ..items.names import renamed
 from ..keys import RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
@@ -190,29 +190,18 @@ def _dead_workers(it: Any, wait_s: float = 2.0) -> list[str]:
 def _release_when_dropped(
     batch: dict[str, Any], ticket: Sequence[int], flags: torch.Tensor, cameras: Sequence[str]
 ) -> None:
-    """Free the worker's ring slot ``ticket`` once the batch's camera tensors are all gone.
-
-    Each camera tensor is handed on as a tensor over a numpy view of it; the view lives as long
-    as anything refers to that memory (the tensor, its views, arrays made from it). When the
-    last view dies the slot's flag goes back to 0, if it still holds this batch's token.
-    """
+    """Free the worker's ring slot ``ticket`` once the batch's camera tensors are all gone
+    (:func:`robo_resume.items.buffers.release_when_dropped`): the slot's flag goes back to 0
+    if it still holds this batch's token."""
     idx, token = int(ticket[0]), int(ticket[1])
     flat = flags.view(-1)
-    keys = [k for k in cameras if isinstance(batch.get(k), torch.Tensor)]
-    left = [len(keys)]
 
-    def dropped() -> None:
-        left[0] -= 1
-        if left[0] == 0 and int(flat[idx]) == token:
+    def free() -> None:
+        if int(flat[idx]) == token:
             flat[idx] = 0
 
-    for k in keys:
-        view = batch[k].numpy()
-        weakref.finalize(view, dropped)
-        batch[k] = torch.from_numpy(view)
-    if not keys:
-        left[0] = 1
-        dropped()
+    keys = [k for k in cameras if isinstance(batch.get(k), torch.Tensor)]
+    release_when_dropped(batch, keys, free)
 
 
 class _LoaderIterator:

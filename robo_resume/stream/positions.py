@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 from torch.utils.data import get_worker_info
 
 from ..errors import (
@@ -288,3 +289,22 @@ class _Positions:
             if start <= seg.start < stop:
                 return max(frame, seg.start)
         return seg.stop
+
+    def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
+        """Log the stream's one `resume:` line: where it continues (chunk, frame, episode)."""
+        if position >= sched.frames_per_stream:
+            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
+            return
+        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
+        done = np.bincount(group.order[:offset], minlength=len(group.segments))
+        j = int(group.order[offset])
+        seg = group.segments[j]
+        logger.info(
+            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
+            stream,
+            epoch,
+            seg.chunk_id,
+            seg.start + int(done[j]),
+            seg.episode_index,
+            position,
+        )

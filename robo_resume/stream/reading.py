@@ -17,11 +17,10 @@ from ..errors import (
 from ..index.elastic import Layout
 from ..index.schedule import (
     Group,
-    Schedule,
     Topology,
 )
-from ..items.names import rename
-from ..items.rows import rows_of
+from ..items.names import rename, renamed
+from ..items.rows import block_items
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
 from ..stream.blocks import (
@@ -31,6 +30,7 @@ from ..stream.blocks import (
     _Block,
     _discard,
     _in_worker,
+    _plain_ring,
     _skip_record,
     _streaming_error,
     _torch_threads,
@@ -42,10 +42,11 @@ from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests
 logger = logging.getLogger("robo_resume")
 
 PLAIN_LOADER_NOTE = (
-    "robo_resume: items are collated by torch in DataLoader workers (a plain "
-    "torch.utils.data.DataLoader or collate_fn=). ds.dataloader(num_workers=...) yields the same "
-    "batches 1.6-3x faster with workers (uint8 frames through reused shared memory, float32 "
-    "conversion in the main process); see the README, 'A plain DataLoader'."
+    "robo_resume: items are collated in DataLoader workers (a plain torch.utils.data.DataLoader "
+    "or collate_fn=). They collate back into the dataset's batches without a copy, through reused "
+    "shared memory, with torch's default collate and batch_size=ds.batch_size; other collate "
+    "functions or batch sizes stack every batch. ds.dataloader(num_workers=...) yields the same "
+    "batches and adds len(), epochs() and on_error='skip'; see the README, 'A plain DataLoader'."
 )
 
 
@@ -61,11 +62,12 @@ class _Reading:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """This worker's stream, one item per frame (for a DataLoader with ``batch_size``).
 
-        Items are views of batches built whole (see :meth:`_generate`): a plain
-        ``DataLoader(ds, batch_size=ds.batch_size)`` with 0 workers runs at about the speed of
-        :meth:`dataloader`; with workers it is 2-3x slower (fresh shared memory per batch,
-        float32 images made and moved in the worker), and the first worker logs
-        :data:`PLAIN_LOADER_NOTE` once at INFO. Use :meth:`dataloader` for full speed.
+        Items are row views of batches built whole (see :meth:`_generate`): a plain
+        ``DataLoader(ds, batch_size=ds.batch_size, num_workers=W)`` collates them back into
+        those batches without a copy and, with workers, through reused shared buffers, at about
+        the speed of :meth:`dataloader` (README, "A plain DataLoader"). Another ``batch_size``
+        works too, at the cost of one stack per batch. The first worker logs
+        :data:`PLAIN_LOADER_NOTE` once at INFO.
         """
         if self.on_error == "skip":
             raise ValueError(
@@ -127,24 +129,6 @@ class _Reading:
             self._log_resume(layout.view(epoch, stream), stream, epoch, position)
         return StreamRun(layout, stream, role, num_workers, epoch, position, slot)
 
-    def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
-        if position >= sched.frames_per_stream:
-            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
-            return
-        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
-        done = np.bincount(group.order[:offset], minlength=len(group.segments))
-        j = int(group.order[offset])
-        seg = group.segments[j]
-        logger.info(
-            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
-            stream,
-            epoch,
-            seg.chunk_id,
-            seg.start + int(done[j]),
-            seg.episode_index,
-            position,
-        )
-
     def _configure_decoding(self) -> None:
         """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
         worker = _in_worker()
@@ -160,41 +144,51 @@ class _Reading:
         """Items of the stream from ``(epoch, position)``, one dict per frame.
 
         The items of each of :meth:`_generate_batches`' batches (the short last one always
-        included), in order: every tensor is a :class:`~robo_resume.items.rows.BlockRow`, a view
-        of its row of the batch column, which ``default_collate`` stacks back without a copy when
-        the DataLoader's ``batch_size`` equals the dataset's (the DataLoader's batches then are
-        these batches). Images are converted once per batch, not per item.
+        included), in order, as :class:`~robo_resume.items.rows.BlockItem` s of
+        :class:`~robo_resume.items.rows.BlockRow` views: ``default_collate`` of a DataLoader
+        whose ``batch_size`` is the dataset's gives back these batches without a copy (in a
+        worker, with the cameras in its :class:`~robo_resume.stream.blocks._PlainRing`).
         """
         live = self._live
-        batches = self._generate_batches(run, whole_tail=True)
+        batches = self._generate_batches(run, whole_tail=True, plain=True)
         for batch in batches:
-            cursor = batch[CURSOR_KEY]
-            for i, row in enumerate(cursor.tolist()):
-                live["epoch"], live["position"] = row[3], row[4]
-                yield {
-                    k: rows_of(v, i) if isinstance(v, torch.Tensor) else v[i]
-                    for k, v in batch.items()
-                }
+            where = batch[CURSOR_KEY][:, 3:].tolist()
+            release = batch.pop(RELEASE_KEY, None)  # (flag, token, cameras): a worker's ring
+            items = block_items(batch, len(where), release)
+            del batch  # the items hold it
+            item = None
+            for item, (e, p) in zip(items, where, strict=True):
+                live["epoch"], live["position"] = e, p
+                yield item
+            del items, item  # drop the last batch before the next is built
 
-    def _generate_batches(self, run: StreamRun, image_dtype=None, ring=None, whole_tail=False):
+    def _generate_batches(
+        self, run: StreamRun, image_dtype=None, ring=None, whole_tail=False, plain=False
+    ):
         """The same frames as :meth:`_generate`, already collated into the DataLoader's batches.
 
         A DataLoader worker's batch ``k`` holds its stream's items ``[k*B, (k+1)*B)``; blocks
         are cut at those places, and a batch is assembled once from its blocks (a short last
         batch is dropped with drop_last, kept with ``whole_tail``). The result equals
-        ``default_collate`` of the items.
+        ``default_collate`` of the items. ``plain`` (the items of a plain DataLoader): in a
+        worker, cameras go into the worker's :class:`~robo_resume.stream.blocks._PlainRing`
+        and the batch carries :data:`RELEASE_KEY` ``(flag, token, cameras)``.
         """
         self._configure_decoding()
         b = self.batch_size
         pending: list[_Block] = []
         shared = _in_worker()
         opts = self.items.options
+        final = (image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None
         target = _BatchTarget(
             self.items,
             b,
             shared=shared,
-            final=(image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None,
+            final=final,
             ring=self._worker_ring(ring) if ring is not None and shared else None,
+            plain=_plain_ring(self._plain_rings, self.items, b, final)
+            if plain and shared
+            else None,
         )
         blocks = self._blocks(run, lambda: b - target.have, target)
         for block in blocks:
@@ -211,11 +205,16 @@ class _Reading:
                 if direct:  # cameras first, as in an item
                     cols = {**direct, **{k: v for k, v in cols.items() if k not in direct}}
                 with _torch_threads():
-                    batch = self.items.finish(cols, image_dtype=image_dtype, shared=shared)
+                    batch = self.items.finish(
+                        cols, image_dtype=image_dtype, shared=shared, into=target.out
+                    )
                 if skipped:
                     batch[SKIPPED_KEY] = skipped
                 if target.ticket is not None:
                     batch[RELEASE_KEY] = target.ticket
+                if target.release is not None:
+                    cams = renamed(target.plain.cameras, self.renames)  # as the batch names them
+                    batch[RELEASE_KEY] = (*target.release, cams)
                 pending = []
                 yield rename(batch, self.renames)
 
