@@ -85,10 +85,13 @@ def test_windows_and_pad_masks_follow_the_new_name(root):
         assert "action" not in g and "action_is_pad" not in g
 
 
-def test_a_plain_dataloader_gets_renamed_items(root):
-    ds = ChunkedEpisodeDataset(DataSource(root, features={CAM0: FRONT}), batch_size=4, seed=1)
-    plain = list(torch.utils.data.DataLoader(ds, batch_size=4))
-    want = _batches(ChunkedEpisodeDataset(root, batch_size=4, seed=1))
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_plain_dataloader_gets_renamed_items(root, num_workers):
+    """Held batches keep their values (a worker's ring buffers are found by the new name)."""
+    ds = ChunkedEpisodeDataset(DataSource(root, features={CAM0: FRONT}), batch_size=2, seed=1)
+    plain = list(torch.utils.data.DataLoader(ds, batch_size=2, num_workers=num_workers))
+    want = _batches(ChunkedEpisodeDataset(root, batch_size=2, seed=1), num_workers)
+    assert len(want) > 8  # more batches per worker than its ring holds
     assert [b["index"].tolist() for b in plain] == [b["index"].tolist() for b in want]
     for g, w in zip(plain, want, strict=True):
         assert torch.equal(g[FRONT], w[CAM0]) and CAM0 not in g
