@@ -34,6 +34,25 @@ warnings.filterwarnings("ignore", message=".*video decoding and encoding capabil
 robo_resume.dataset.WORKER_START_METHOD = "forkserver"
 
 
+@pytest.fixture(autouse=True)
+def _no_realtime_scheduling():
+    """Put the test process back on its normal CPU policy after each test.
+
+    lerobot's writer encodes AV1 with SVT-AV1, which (as root) switches the calling thread to
+    SCHED_FIFO 99; every DataLoader worker and subprocess forked afterwards would inherit it,
+    and one spinning real-time process starves the machine. robo_resume's own factory restores
+    the policy itself (robo_resume.testing.video); this covers the other writers.
+    """
+    _normal_policy()  # after session fixtures (set up first) that wrote with lerobot
+    yield
+    _normal_policy()
+
+
+def _normal_policy() -> None:
+    if hasattr(os, "sched_getscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
 @pytest.fixture(scope="session")
 def open50() -> Path:
     """The real published dataset in ../shared/datasets/open50 (CI always has it)."""

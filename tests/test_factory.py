@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import av
@@ -407,3 +408,12 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match="does not look like a dataset"):
         make_dataset(precious, overwrite=True)
     assert (precious / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="no POSIX scheduling calls")
+def test_make_dataset_leaves_the_cpu_policy_alone(tmp_path):
+    """SVT-AV1 (as root) switches its calling thread to SCHED_FIFO 99; the factory puts the
+    policy back, or every DataLoader worker forked afterwards would run real-time."""
+    before = (os.sched_getscheduler(0), os.sched_getparam(0))
+    make_dataset(tmp_path / "ds", episode_lengths=(5, 4), num_cameras=1, codec="av1")
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
@@ -30,6 +31,28 @@ def _codec_options(codec: str, gop: int) -> dict[str, str]:
     return {"g": str(gop), "sc_threshold": "1000000000"}
 
 
+@contextlib.contextmanager
+def _own_scheduling():
+    """Keep this thread's CPU scheduling policy as it was across encoding.
+
+    SVT-AV1 (FFmpeg's libsvtav1), run as root, switches the thread that drives it to the
+    real-time policy SCHED_FIFO at priority 99. Every process forked afterwards inherits it:
+    DataLoader workers, forkservers, training subprocesses. A real-time process that spins
+    starves the machine (the kernel leaves other processes 5% of the CPU). The policy is put
+    back once the encoder is done. No-op where the OS has no ``sched_getscheduler``.
+    """
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if os.sched_getscheduler(0) != policy or os.sched_getparam(0) != param:
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, policy, param)
+
+
 def _encode_video(
     path: Path, frames: Iterator[np.ndarray], *, fps: int, codec: str, gop: int, h: int, w: int
 ) -> int:
@@ -43,7 +66,7 @@ def _encode_video(
     level = av.logging.get_level()
     av.logging.set_level(av.logging.ERROR)  # x264 prints its settings and statistics otherwise
     try:
-        with av.open(str(path), "w") as out:
+        with _own_scheduling(), av.open(str(path), "w") as out:
             stream = out.add_stream(_ENCODER[codec], rate=fps, options=_codec_options(codec, gop))
             stream.pix_fmt = "yuv420p"
             stream.width, stream.height = w, h
