@@ -17,8 +17,6 @@ forget.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -44,6 +42,7 @@ from .items.names import check_renames, dataset_keys, renamed
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .source import DataSource, as_source
 from .splits import select_episodes
+from .state.fingerprint import value_hash
 from .state.records import check_resume_step
 from .state.resume import MAX_WORKERS, ResumeState
 from .state.stream_state import check_stream_state, stream_state
@@ -73,10 +72,6 @@ logger = logging.getLogger("robo_resume")
 WORKER_START_METHOD: str | None = None
 """Start method :meth:`ChunkedEpisodeDataset.dataloader` uses when the call names none (None:
 torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def episode_spans(meta: DatasetMeta, episodes: Sequence[int]) -> EpisodeSpans:
@@ -249,7 +244,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         return {
             "dataset": self.meta.fingerprint()["episodes_sha256"],
             "total_frames": self.total_frames,
-            "episodes": _hash(list(self.episodes)),
+            "episodes": value_hash(list(self.episodes)),
             "plan": plan_fingerprint(self.chunks)[:16],
             "seed": self.seed,
             "batch_size": self.batch_size,

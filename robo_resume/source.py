@@ -129,13 +129,6 @@ class DataSource:
             return {}
         return {k: v for k, v in f.items() if v is not None and v != k}
 
-    def describe(self) -> str:
-        """One line naming the source, for messages and reprs."""
-        where = str(self.root) if self.root is not None else f"hub:{self.repo_id}"
-        if self.revision is not None:
-            where += f"@{self.revision}"
-        return where
-
 
 SOURCE_FIELDS = ("root", "repo_id", "revision", "episodes", "features", "chunk_frames")
 """The :class:`DataSource` fields a constructor also takes as keywords (shorthand)."""

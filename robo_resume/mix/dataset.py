@@ -89,6 +89,7 @@ from ..dataset import ChunkedEpisodeDataset
 from ..errors import DatasetFormatError, describe
 from ..index.schedule import Topology
 from ..keys import CURSOR_KEY
+from ..state.fingerprint import value_hash
 from ..state.mix import MixState
 from ..state.resume import MAX_WORKERS
 from ..stream.front import batch_loader
@@ -105,7 +106,6 @@ from .source import (
     MAX_PERIOD,
     MIX_KEY,
     MixSource,
-    _hash,
     default_period,
     round_counts,
 )
@@ -240,7 +240,7 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
             "seed": seed,
             "batch_size": batch_size,
             "drop_last": drop_last,
-            "keys": _hash([dict(s.keys) for s in sources]),
+            "keys": value_hash([dict(s.keys) for s in sources]),
         }
         # Shared table, one row per worker: [next epoch, started]
         self._slots = torch.zeros((MAX_WORKERS, 2), dtype=torch.int64).share_memory_()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -139,7 +137,3 @@ def default_period(weights: Sequence[float]) -> int:
         if sum(ints) // g <= MAX_PERIOD:
             return sum(ints) // g
     return DEFAULT_PERIOD
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,3 +46,9 @@ def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) 
         else:
             out.append(f"{k} {want.get(k)!r} vs {got.get(k)!r}")
     return "; ".join(out)
+
+
+def value_hash(obj: Any) -> str:
+    """16 hex digits of the SHA-256 of ``obj`` as sorted JSON: a fingerprint field for a value
+    (an episode list, a key mapping) too large to keep in a state."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
