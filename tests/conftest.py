@@ -124,6 +124,31 @@ def _stats_file(pid: int) -> Path:
     return Path(tempfile.gettempdir()) / f"robo_resume_conformance_{pid}.jsonl"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Run the files with tests marked ``slow(seconds)`` first, their longest tests first.
+
+    pytest-xdist hands the first quarter of the tests out one by one, alternating between its
+    processes: with the long subprocess tests (lerobot-train, torchrun, examples) at the front,
+    they spread over both processes, and the run does not end with one process still inside a
+    minute-long test while the other idles. A file's tests stay together (its module fixtures
+    are built once per process); files are ordered by their longest test, longest first. The
+    estimate is the test's time measured here. The order changes how the tests are spread over
+    processes, never what a test checks.
+    """
+
+    def estimate(item) -> float:
+        mark = item.get_closest_marker("slow")
+        if mark is None:
+            return 0.0
+        return float(mark.args[0]) if mark.args else 10.0
+
+    longest: dict[str, float] = {}
+    for item in items:
+        longest[item.fspath] = max(longest.get(item.fspath, 0.0), estimate(item))
+    files = {path: i for i, path in enumerate(longest)}  # ties: file order
+    items.sort(key=lambda item: (-longest[item.fspath], files[item.fspath], -estimate(item)))
+
+
 def pytest_sessionfinish(session):
     """Under pytest-xdist, each worker hands its conformance counts to the controller."""
     if hasattr(session.config, "workerinput") and CONFORMANCE_STATS["items"]:

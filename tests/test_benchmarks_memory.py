@@ -23,6 +23,7 @@ def positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow(22)
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc")
 def test_memory_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "memory.json"

@@ -32,6 +32,7 @@ def torchrun(tmp_path, name, root, *extra):
     return [json.loads((out / f"rank{k}.json").read_text()) for k in range(2)], out
 
 
+@pytest.mark.slow(27)
 @pytest.mark.timeout(600)
 def test_ddp_two_ranks_crash_and_resume(factory, tmp_path):
     root = factory(episode_lengths=(23, 41, 17, 30, 9, 26), num_cameras=0).root
@@ -53,6 +54,7 @@ def test_ddp_two_ranks_crash_and_resume(factory, tmp_path):
         assert before[rank] + after[rank] == full[rank], f"rank {rank} resumed order differs"
 
 
+@pytest.mark.slow(25)
 @pytest.mark.timeout(120)
 def test_ddp_mix_two_ranks_crash_and_resume(factory, tmp_path):
     """A 1:3 MixedDataset under torchrun: MixTracker.state_dict() gathers both ranks' mix

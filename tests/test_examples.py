@@ -34,6 +34,7 @@ def steps(path):
     return out
 
 
+@pytest.mark.slow(16)
 def test_train_policy_crash_and_resume(tmp_path):
     full, crash = tmp_path / "full", tmp_path / "crash"
     run(EXAMPLES / "train_policy.py", "--workdir", full)
@@ -68,6 +69,7 @@ def test_lerobot_policy_example():
     assert "trained ACT for 3 steps" in r.stdout
 
 
+@pytest.mark.slow(34)
 @pytest.mark.timeout(600)
 def test_ddp_example_crash_and_resume(tmp_path):
     full, crash = tmp_path / "full", tmp_path / "crash"
@@ -84,6 +86,7 @@ def test_ddp_example_crash_and_resume(tmp_path):
     assert len(epoch) == len(set(epoch))
 
 
+@pytest.mark.slow(28)
 @pytest.mark.timeout(600)
 def test_accelerate_example_and_the_pitfall(tmp_path):
     torchrun(EXAMPLES / "accelerate_train.py", "--workdir", tmp_path)

@@ -120,6 +120,7 @@ def resume_args(out: Path) -> list[str]:
     return ["--resume=true", f"--config_path={cfg}"]
 
 
+@pytest.mark.slow(50)
 def test_kill_resume_bit_identical(data):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit."""
     base, root, _, _ = data
@@ -172,6 +173,7 @@ def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
     )
 
 
+@pytest.mark.slow(28)
 def test_elastic_resume_other_workers_and_batch_size(data):
     """Resume with other --num_workers and --batch_size: the epoch's frames exactly once."""
     base, root, _, _ = data
@@ -209,6 +211,7 @@ def test_elastic_resume_other_workers_and_batch_size(data):
     epoch_frames_exactly_once(entries, 128)
 
 
+@pytest.mark.slow(46)
 def test_two_processes_under_accelerate_then_one(data):
     """2 CPU processes under accelerate (loader not prepared), then resumed with 1 process."""
     base, root, _, _ = data
@@ -248,6 +251,7 @@ def test_two_processes_under_accelerate_then_one(data):
     epoch_frames_exactly_once([idx for _, idx in r0] + [idx for _, idx in r1] + rest, 128)
 
 
+@pytest.mark.slow(34)
 def test_mix_of_two_datasets_resumes_per_source(data):
     """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume."""
     base, a, b, _ = data
@@ -267,6 +271,7 @@ def test_mix_of_two_datasets_resumes_per_source(data):
     assert (ckpt(run, 8) / final).read_bytes() == (ckpt(ref, 8) / final).read_bytes()
 
 
+@pytest.mark.slow(65)
 def test_plain_lerobot_checkpoint_resumes_with_warning(data):
     """A checkpoint written by lerobot-train itself (no data state) resumes, with a warning."""
     base, root, _, _ = data
@@ -300,6 +305,7 @@ def test_plain_lerobot_checkpoint_resumes_with_warning(data):
     assert (ckpt(out, 4) / "pretrained_model" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow(34)
 def test_data_state_of_another_dataset_is_refused(data):
     base, root, _, other = data
     out = base / "other"
@@ -325,6 +331,7 @@ def test_data_state_of_another_dataset_is_refused(data):
     assert "Traceback" not in text
 
 
+@pytest.mark.slow(25)
 def test_bad_invocations_get_clear_errors(tmp_path):
     code, text = train(["--mix.rootz=a"], ok=False, timeout=120)
     assert code == 2 and "Unknown flag --mix.rootz" in text and "--mix.roots" in text

@@ -280,6 +280,7 @@ def _steps(path):
     return out
 
 
+@pytest.mark.slow(15)
 def test_mix_train_val_example_crash_and_resume(tmp_path):
     full, crash = tmp_path / "full", tmp_path / "crash"
     script = EXAMPLES / "mix_train_val.py"

@@ -88,6 +88,7 @@ def _steps(path: Path) -> dict[int, list[list[int]]]:
     return out
 
 
+@pytest.mark.slow(60)
 @pytest.mark.timeout(900)
 def test_two_nodes_crash_and_resume_exactly_on_every_rank(tmp_path):
     data = tmp_path / "node0" / "dataset"

@@ -163,6 +163,7 @@ def test_skip_warnings_one_line_per_file_and_a_summary_per_pass(broken, caplog):
     assert Counter(r["episode"] for r in tracker.skipped).keys() == {1, 3}
 
 
+@pytest.mark.slow(17)
 @pytest.mark.timeout(400)
 def test_cli_demo_on_a_dataset_with_missing_files(broken, tmp_path, capsys):
     args = ["demo", "--root", str(broken), "--out", str(tmp_path), "--epochs", "1"]

@@ -82,6 +82,7 @@ def train_script(tmp_path_factory, factory):
     return script, root
 
 
+@pytest.mark.slow(12)
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_workers_exit_after_sigkill_of_training(train_script, method):

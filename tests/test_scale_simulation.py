@@ -17,6 +17,7 @@ holding ``p``, and in that group, per segment, the count of its label in ``group
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from robo_resume.index.elastic import Level, replan
 from robo_resume.index.plan import EpisodeSpans, make_chunks
@@ -73,6 +74,7 @@ def _equal_rank_batches(lengths, world_size, workers):
     return int(per_rank[0])
 
 
+@pytest.mark.slow(27)
 def test_three_elastic_hops_at_cluster_scale_consume_every_frame_once():
     rnd = np.random.default_rng(2026)
     chunks, total = _plan()

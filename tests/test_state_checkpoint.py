@@ -348,6 +348,7 @@ def _check_state(path: Path, allowed: set[int]) -> int:
     return step
 
 
+@pytest.mark.slow(13)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.mark.timeout(180)
 def test_sigkill_while_saving_never_breaks_files(tmp_path):

@@ -90,6 +90,7 @@ print("starts", starts, "frames", checked)
 """
 
 
+@pytest.mark.slow(46)
 def test_fork_after_decode_200_loader_starts(threaded_root, tmp_path):
     """200 loaders forked from a process that decoded (frame threads mid-file) and read parquet.
 
@@ -182,6 +183,7 @@ def test_missing_main_guard_is_named_before_workers_start(factory, tmp_path):
     assert "exited unexpectedly" not in err and "out of memory" not in err
 
 
+@pytest.mark.slow(14)
 def test_guarded_script_starts_spawn_workers(factory, tmp_path):
     root = factory(episode_lengths=(23, 41, 17)).root
     script = tmp_path / "guarded.py"
