@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .plan import Chunk, Plan
-from .segments import Segment, Segments
+from .segments import NO_EPOCH, Segment, Segments
 from .topology import Topology, _positive_int, _ranks_apart, stream_lengths
 
 __all__ = [
@@ -196,13 +196,14 @@ class Schedule:
         # prefix sums, 12 bytes per chunk) of the newest epoch only; of that epoch only, a few
         # streams' segments (a worker reads one; robo-resume plan and the elastic leftover
         # visit the streams one after another).
+        self._rows = EpochCache(self._rows_uncached, streams=4)
         self.segments = EpochCache(self._segments, streams=4)
         self._group_starts = EpochCache(self._group_starts_uncached, streams=4)
         self._epoch_layout = functools.lru_cache(maxsize=1)(self._epoch_layout_uncached)
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("segments", "_group_starts", "_epoch_layout"):
+        for k in ("_rows", "segments", "_group_starts", "_epoch_layout"):
             state.pop(k)
         return state
 
@@ -224,14 +225,17 @@ class Schedule:
     def _epoch_layout_uncached(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.chunks)
         perm = self._rng(epoch, _PERMUTE).permutation(n) if self.config.shuffle else np.arange(n)
-        plan = self.chunks
-        offsets = np.concatenate(([0], np.cumsum(plan.stop[perm] - plan.start[perm])))
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(self.chunks.lengths[perm], out=offsets[1:])  # one gather, not two
         if n < 2**31:  # half the memory; the values are the same
             perm = perm.astype(np.int32)
         return perm, offsets
 
-    def _segments(self, epoch: int, stream: int) -> Segments:
-        """The stream's segments for an epoch, after the per-stream shuffle."""
+    def _rows_uncached(self, epoch: int, stream: int) -> tuple[np.ndarray, ...]:
+        """The stream's segments for an epoch as ``(chunk_id, lo, hi)``, after the per-stream
+        shuffle: frames ``[lo, hi)`` of the chunk (relative to its start). Contiguous slices of
+        the epoch layout and one small permutation: no gather from the plan's columns, which
+        :meth:`_segments` does (for all rows) and :meth:`group` (for a group's rows only)."""
         self._check(epoch, stream)
         perm, offsets = self._epoch_layout(epoch)
         t, n = self.total_frames, len(perm)
@@ -242,32 +246,41 @@ class Schedule:
             take = min(b - a, t - x)
             pieces.append((x, x + take))
             a += take
-        plan = self.chunks
-        parts = []
-        for x, y in pieces:  # the chunks k with offsets[k] < y and offsets[k + 1] > x
+        rows, los, his = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for x, y in pieces:  # rows k with offsets[k] < y and offsets[k + 1] > x
             k0 = int(np.searchsorted(offsets, x, side="right")) - 1
             k1 = int(np.searchsorted(offsets[:n], y, side="left"))
-            cid = perm[k0:k1]
             at = offsets[k0:k1]
-            lo = np.maximum(x, at) - at
-            hi = np.minimum(y, offsets[k0 + 1 : k1 + 1]) - at
-            first = plan.start[cid]
-            parts.append(
-                Segments(
-                    cid,
-                    plan.episode_index[cid],
-                    first + lo,
-                    first + hi,
-                    plan.dataset_from_index[cid] + lo,
-                )
-            )
-        segs = Segments.concat(parts)
+            rows.append(np.arange(k0, k1))
+            los.append(np.maximum(x, at) - at)
+            his.append(np.minimum(y, offsets[k0 + 1 : k1 + 1]) - at)
+        row, lo, hi = (np.concatenate(c) for c in (rows, los, his))
         if self.config.shuffle:
-            segs = segs[self._rng(epoch, _STREAM, stream).permutation(len(segs))]
-        return segs
+            order = self._rng(epoch, _STREAM, stream).permutation(len(row))
+            row, lo, hi = row[order], lo[order], hi[order]
+        return perm[row].astype(np.int64), lo, hi
+
+    def _take(self, cid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Segments:
+        plan = self.chunks
+        first = plan.start[cid]
+        return Segments._raw(
+            [
+                cid,
+                plan.episode_index[cid],
+                first + lo,
+                first + hi,
+                plan.dataset_from_index[cid] + lo,
+                np.full(len(cid), NO_EPOCH, dtype=np.int64),
+            ]
+        )
+
+    def _segments(self, epoch: int, stream: int) -> Segments:
+        """The stream's segments for an epoch, after the per-stream shuffle."""
+        return self._take(*self._rows(epoch, stream))
 
     def _group_starts_uncached(self, epoch: int, stream: int) -> np.ndarray:
-        return _group_starts(self.segments(epoch, stream), self.config.interleave)
+        _, lo, hi = self._rows(epoch, stream)
+        return _group_starts(hi - lo, self.config.interleave)
 
     def length(self, stream: int) -> int:
         """Frames stream ``stream`` yields per epoch (``frames_per_stream`` unless tail "keep")."""
@@ -283,9 +296,9 @@ class Schedule:
 
     def group(self, epoch: int, stream: int, index: int) -> Group:
         """Group ``index`` of a stream-epoch, with its seeded interleave order."""
-        segs = self.segments(epoch, stream)
+        rows = self._rows(epoch, stream)
         size = self.config.interleave
-        members = segs.objects(index * size, (index + 1) * size)
+        members = self._take(*(c[index * size : (index + 1) * size] for c in rows)).objects(0, size)
         if not members:
             raise IndexError(f"group {index} out of range ({self.num_groups(epoch, stream)})")
         order = np.repeat(np.arange(len(members), dtype=np.int64), [m.length for m in members])
@@ -332,9 +345,9 @@ class Schedule:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _group_starts(segs: Segments, size: int) -> np.ndarray:
-    """Prefix sums of the frames of consecutive runs of ``size`` segments (the groups)."""
-    lengths = segs.lengths
+def _group_starts(lengths: np.ndarray, size: int) -> np.ndarray:
+    """Prefix sums of the frames of consecutive runs of ``size`` segments (the groups);
+    ``lengths``: the segments' frames, in the stream's order."""
     if not len(lengths):
         return np.zeros(1, dtype=np.int64)
     per_group = np.add.reduceat(lengths, np.arange(0, len(lengths), size))
