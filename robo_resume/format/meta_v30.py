@@ -19,6 +19,7 @@ from ..errors import (
     MissingFileError,
     describe,
 )
+from .arrow_columns import plain_numpy
 from .episode_table import EpisodeTable, VideoColumns, take_ragged, task_columns
 from .meta_files import _format_path, _read_json, _tasks_tuple
 from .validate import (
@@ -233,7 +234,7 @@ def _arrow_task_pairs(table: Any, tasks_path: Path) -> Any:
         return None
     if not (pa.types.is_string(txt.type) or pa.types.is_large_string(txt.type)):
         return None
-    index = int_values(_plain_numpy(idx), "task_index", file=tasks_path)
+    index = int_values(plain_numpy(idx), "task_index", file=tasks_path)
     return zip(index.tolist(), txt.to_pylist(), strict=True)
 
 
@@ -268,34 +269,11 @@ def _pandas_task_pairs(tasks_path: Path) -> Any:
     return zip(index.tolist(), (str(s) for s in task_strings), strict=True)
 
 
-def _plain_numpy(col: Any) -> np.ndarray | None:
-    """An integer or floating Arrow (Chunked)Array without nulls as numpy, from its buffers;
-    None for anything else. pyarrow's own ``to_numpy`` imports pandas (about 0.3 s of a cold
-    ``robo-resume plan``); this does not."""
-    import pyarrow as pa
-
-    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
-    kind = col.type
-    if col.null_count or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-        return None
-    if pa.types.is_float16(kind):
-        return None
-    dtype = np.dtype(kind.to_pandas_dtype())
-    parts = [
-        np.frombuffer(c.buffers()[1], dtype=dtype, count=len(c), offset=c.offset * dtype.itemsize)
-        for c in chunks
-        if len(c)
-    ]
-    if not parts:
-        return np.zeros(0, dtype=dtype)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
 def _numbers(table: Any, name: str) -> np.ndarray:
     """A column as numpy: numeric columns without nulls straight from Arrow, anything else as
     pandas gives it (NaN for nulls, objects for text), which :mod:`.validate` then refuses."""
     col = table.column(name)
-    plain = _plain_numpy(col)
+    plain = plain_numpy(col)
     return plain if plain is not None else col.to_pandas().to_numpy()
 
 
@@ -317,13 +295,13 @@ def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple
             lengths = pc.list_value_length(lists)
             if lengths.null_count:  # fill_null imports pandas: only when there is a null
                 lengths = lengths.fill_null(0)
-            lengths = _plain_numpy(lengths)
+            lengths = plain_numpy(lengths)
             offsets = np.zeros(len(lists) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
             encoded = pc.dictionary_encode(flat)
             return (
                 offsets,
-                _plain_numpy(encoded.indices).astype(np.int32),
+                plain_numpy(encoded.indices).astype(np.int32),
                 tuple(encoded.dictionary.to_pylist()),
             )
     values = col.to_pandas().tolist()
