@@ -171,7 +171,9 @@ def growth(rows: list[dict[str, Any]]) -> list[list[str]]:
                 f"{b['load_metadata_s'] / a['load_metadata_s']:.1f}x",
                 f"{b['construct_s'] / a['construct_s']:.1f}x",
                 f"{b['construct_with_meta_s'] / a['construct_with_meta_s']:.1f}x",
-                f"{b['plan_cli_s'] / a['plan_cli_s']:.1f}x" if b.get("plan_cli_s") else "-",
+                f"{b['plan_cli_s'] / a['plan_cli_s']:.1f}x"
+                if a.get("plan_cli_s") and b.get("plan_cli_s")
+                else "-",
             ]
         )
     return out

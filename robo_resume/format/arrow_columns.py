@@ -1,4 +1,5 @@
-"""Arrow columns as numpy without pandas, and the columnar reader of v2.1 ``episodes.jsonl``.
+"""Arrow columns as numpy without pandas, the columnar reader of v2.1 ``episodes.jsonl``, and
+:func:`release_freed_memory` (the allocators' cache after a load).
 
 pyarrow's own ``to_numpy``, ``fill_null`` and ``read_table`` import pandas (about 0.3 s of a
 cold start); these do not. Anything unusual (nulls, other types, a line pyarrow cannot parse)
@@ -15,7 +16,7 @@ import numpy as np
 from .episode_table import take_ragged
 from .validate import int_values
 
-__all__ = ["jsonl_episode_columns", "plain_numpy"]
+__all__ = ["jsonl_episode_columns", "plain_numpy", "release_freed_memory"]
 
 
 def plain_numpy(col: Any) -> np.ndarray | None:
@@ -106,3 +107,26 @@ def jsonl_episode_columns(path: Path) -> tuple[np.ndarray, ...] | None:
         codes = rank[codes]
         task_names = [task_names[k] for k in by_first.tolist()]
     return ep, length, offsets, codes, tuple(task_names)
+
+
+def release_freed_memory() -> None:
+    """Hand the pages freed by a large load back to the system: Arrow's pool
+    (``release_unused``) and glibc's heap (``malloc_trim``, Linux only; elsewhere nothing).
+
+    Loading 10^6 episodes decodes about twice the columns it keeps, and both allocators keep
+    the freed pages for reuse: without this the metadata's RSS is 240 MB for 83 MB of columns,
+    with it about 105 MB. Costs a few milliseconds."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        pass

@@ -32,7 +32,6 @@ from .validate import (
 def _load_v30(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
 ) -> tuple[EpisodeTable, tuple[str, ...]]:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     ep_dir = root / "meta" / "episodes"
@@ -190,9 +189,6 @@ def _load_v30(
         _read_json(tasks_path)  # standard MissingFileError
     pairs = _task_pairs(tasks_path)
     tasks = _tasks_tuple(pairs, tasks_path)
-    # Arrow's allocator keeps the freed pages of the decoded table (about twice the columns at
-    # 10^6 episodes) for reuse; hand them back so loading leaves only the columns resident.
-    pa.default_memory_pool().release_unused()
     return columns, tasks
 
 
@@ -273,8 +269,8 @@ def _numbers(table: Any, name: str) -> np.ndarray:
     """A column as numpy: numeric columns without nulls straight from Arrow, anything else as
     pandas gives it (NaN for nulls, objects for text), which :mod:`.validate` then refuses."""
     col = table.column(name)
-    plain = plain_numpy(col)
-    return plain if plain is not None else col.to_pandas().to_numpy()
+    plain = plain_numpy(col)  # copied: a view would keep Arrow's decoded pages resident
+    return plain.copy() if plain is not None else col.to_pandas().to_numpy()
 
 
 def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple[str, ...]]:

@@ -253,7 +253,8 @@ class Schedule:
         n = len(self.chunks)
         perm = self._rng(epoch, _PERMUTE).permutation(n) if self.config.shuffle else np.arange(n)
         offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(self.chunks.lengths[perm], out=offsets[1:])  # one gather, not two
+        plan = self.chunks  # one gather (of the plan's own dtype), not two
+        np.cumsum((plan.stop - plan.start)[perm], out=offsets[1:])
         if n < 2**31:  # half the memory; the values are the same
             perm = perm.astype(np.int32)
         return perm, offsets
@@ -289,11 +290,11 @@ class Schedule:
 
     def _take(self, cid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Segments:
         plan = self.chunks
-        first = plan.start[cid]
+        first = plan.start[cid].astype(np.int64)  # the plan's columns may be int32
         return Segments._raw(
             [
                 cid,
-                plan.episode_index[cid],
+                plan.episode_index[cid].astype(np.int64),
                 first + lo,
                 first + hi,
                 plan.dataset_from_index[cid] + lo,
