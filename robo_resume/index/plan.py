@@ -85,7 +85,7 @@ class Chunk:
     @property
     def length(self) -> int:
         """Number of frames."""
-        return np.subtract(self.stop, self.start, dtype=np.int64)
+        return self.stop - self.start
 
 
 def _fits_int32(a: np.ndarray) -> bool:
@@ -141,7 +141,7 @@ class Plan:
     @property
     def lengths(self) -> np.ndarray:
         """Frames per chunk (``stop - start``), a new int64 array."""
-        return self.stop - self.start
+        return np.subtract(self.stop, self.start, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.start)
