@@ -9,6 +9,9 @@ episodes one timed run each, no warm-up: the old per-episode code takes minutes 
   the dataset and plan fingerprints and the schedule options, i.e. what every training run and
   every resume pays before its first batch (no data or video file is opened);
 - the same with ``meta=`` given (planning alone);
+- ``robo-resume plan ROOT --step 1000000 --batch-size 32 --num-workers 8 --world-size 4
+  --json``, the wall time of the command in a fresh process (every synthetic v3.0 size in full
+  runs, the largest in ``--quick``), beside a process that only imports ``robo_resume.cli``;
 - the memory of the metadata (full runs): resident memory (RSS) of a fresh process after
   ``load_metadata`` minus before it (``retained``), and its peak while loading (``peak``).
 
@@ -38,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +130,35 @@ def measure(
     }
 
 
+PLAN_ARGS = ["--step", "1000000", "--batch-size", "32", "--num-workers", "8", "--world-size", "4"]
+
+
+def _wall(cmd: list[str], cwd: Path) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=True, env=dict(os.environ), cwd=cwd)
+    return time.perf_counter() - t0
+
+
+def plan_cli(root: Path, repeats: int) -> dict[str, Any]:
+    """Wall time of ``robo-resume plan ROOT --step 1000000 --batch-size 32 --num-workers 8
+    --world-size 4 --json`` in a fresh process (median and spread of ``repeats`` runs), and
+    beside it, alternating, of a process that only imports ``robo_resume.cli`` (the
+    interpreter, torch and the package: what no dataset size changes)."""
+    cli = [sys.executable, "-m", "robo_resume.cli", "plan", str(root), *PLAN_ARGS, "--json"]
+    imp = [sys.executable, "-c", "import robo_resume.cli"]
+    runs, imports = [], []
+    for _ in range(repeats):
+        runs.append(_wall(cli, root))
+        imports.append(_wall(imp, root))
+    runs.sort()
+    imports.sort()
+    return {
+        "plan_cli_s": runs[len(runs) // 2],
+        "plan_cli_spread_s": [runs[0], runs[-1]],
+        "import_only_s": imports[len(imports) // 2],
+    }
+
+
 def growth(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Rows of the growth-per-decade table: time ratio from each v3.0 size to the next."""
     synth = [r for r in rows if r["dataset"].startswith("synthetic") and r["version"] == "v3.0"]
@@ -138,6 +171,9 @@ def growth(rows: list[dict[str, Any]]) -> list[list[str]]:
                 f"{b['load_metadata_s'] / a['load_metadata_s']:.1f}x",
                 f"{b['construct_s'] / a['construct_s']:.1f}x",
                 f"{b['construct_with_meta_s'] / a['construct_with_meta_s']:.1f}x",
+                f"{b['plan_cli_s'] / a['plan_cli_s']:.1f}x"
+                if a.get("plan_cli_s") and b.get("plan_cli_s")
+                else "-",
             ]
         )
     return out
@@ -169,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 measure(f"synthetic {n:,} episodes", root, reps, warm, memory=not args.quick)
             )
+            if not args.quick or n == sizes[-1]:
+                rows[-1].update(plan_cli(root, 1 if args.quick else 3))
+                C.progress(f"{n:,} episodes: robo-resume plan {C.fmt_time(rows[-1]['plan_cli_s'])}")
             shutil.rmtree(root)
         if not args.quick:
             n = 10**5
@@ -219,12 +258,33 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     )
+    clis = [r for r in rows if r.get("plan_cli_s")]
+    if clis:
+        print()
+        print(
+            "robo-resume plan ROOT " + " ".join(PLAN_ARGS) + " --json: wall time of the command "
+            "(median and range), beside a process that only imports robo_resume.cli"
+        )
+        C.print_table(
+            ["dataset", "plan CLI", "range", "import only", "CLI - import"],
+            [
+                [
+                    r["dataset"],
+                    C.fmt_time(r["plan_cli_s"]),
+                    " - ".join(C.fmt_time(x) for x in r["plan_cli_spread_s"]),
+                    C.fmt_time(r["import_only_s"]),
+                    f"{r['plan_cli_s'] - r['import_only_s']:+.2f} s",
+                ]
+                for r in clis
+            ],
+        )
     decades = growth(rows)
     if decades:
         print()
         print("Growth per decade (synthetic v3.0; time at 10x the episodes / time before):")
         C.print_table(
-            ["episodes", "size", "load_metadata", "construct(root)", "construct(meta=)"], decades
+            ["episodes", "size", "load_metadata", "construct(root)", "construct(meta=)", "plan"],
+            decades,
         )
     if not args.open50.is_dir():
         print(f"open50: skipped (not found at {args.open50})")

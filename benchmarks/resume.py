@@ -14,6 +14,12 @@ batch size, 32), one stream (``num_workers=0``), median of several repeats after
    present: construct with ``resume_step=N, infinite=True`` plus
    ``next(iter(ds.dataloader(num_workers=0)))``.
 
+3. Resume at scale (``_resume_scale.py``): load, plan, the shared epoch layout and the 8
+   streams' locate after a resume at step 10^6, at 10^3 to 10^6 episodes (``--quick``: 10^3,
+   10^4), with the growth per decade. Synthetic ``meta/`` without data or video files: at
+   10^6 episodes the first batch itself cannot be decoded, so this measures everything
+   before the first file is opened.
+
 Beside it, the alternatives at the same positions:
 
 (a) The original design's frame-by-frame fast-forward: ``for _ in range(N): next(it)`` over an
@@ -53,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as C
+import _resume_scale as S
 import torch
 
 from robo_resume import ChunkedEpisodeDataset, load_metadata
@@ -465,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
             C.progress(f"open50 not found at {args.open50}; skipped")
             result["first_batch"]["open50"] = {"skipped": f"not found at {args.open50}"}
 
+        sizes = [10**3, 10**4] if args.quick else [10**3, 10**4, 10**5, 10**6]
+        result["at_scale"] = S.measure(work, sizes, 1 if args.quick else 3)
+
     result["ff_loop_linearity"] = _linearity(arith)
     result["targets"] = _targets(result)
     _report(result)
@@ -476,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(result: dict[str, Any]) -> None:
+    S.report(result["at_scale"])
     a = result["arithmetic"]
     print()
     print(

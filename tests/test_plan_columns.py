@@ -133,5 +133,28 @@ def test_schedule_memory_is_flat_across_epochs():
     for epoch in range(20):
         for g in range(sched.topology.num_streams):
             sched.locate(epoch, g, 17)
-        assert sched._epoch_layout.cache_info().currsize == 1
-        assert sched.segments.currsize <= 4
+        assert sched._layout is not None and sched._layout[0] == epoch
+        assert sched.segments.currsize <= 4 and sched._rows.currsize <= 4
+
+
+def test_plan_columns_are_int32_when_they_fit_with_the_same_values_and_fingerprint():
+    """int32 storage (half the memory) changes no value, chunk or fingerprint; a plan with a
+    value past 2^31 stays int64."""
+    from robo_resume.index.plan import Plan, _fingerprint_columns
+
+    lengths = np.array([40, 17, 64, 5, 33] * 30)
+    spans = EpisodeSpans(np.arange(150), np.cumsum(lengths) - lengths, lengths)
+    plan = make_chunks(spans, 8)
+    assert all(getattr(plan, k).dtype == np.int32 for k in ("start", "stop", "episode_index"))
+    cols = (plan.episode_index, plan.start, plan.stop, plan.dataset_from_index)
+    text = "".join(
+        f"{e},{a},{b},{d};" for e, a, b, d in zip(*(c.tolist() for c in cols), strict=True)
+    )
+    assert plan.fingerprint() == hashlib.sha256(text.encode()).hexdigest()
+    assert _fingerprint_columns([c.astype(np.int64) for c in cols]) == plan.fingerprint()
+    assert plan.lengths.dtype == np.int64
+    big = Plan([0, 1], [0, 0], [5, 5], [0, 2**31 + 7])
+    assert big.dataset_from_index.dtype == np.int64 and big[1].dataset_from_index == 2**31 + 7
+    sched = Schedule(plan, ScheduleConfig(seed=1, batch_size=4), Topology(2, 2))
+    seg = sched.segments(0, 1)
+    assert all(getattr(seg, k).dtype == np.int64 for k in ("episode_index", "start", "stop"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import string
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from ..errors import (
     DatasetFormatError,
     describe,
 )
+from .arrow_columns import jsonl_episode_columns
 from .episode_table import EpisodeTable, VideoColumns, task_columns
 from .meta_files import _format_path, _posix_inside, _read_jsonl, _tasks_tuple
 from .validate import (
@@ -23,7 +26,12 @@ def _load_v21(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
 ) -> tuple[EpisodeTable, tuple[str, ...]]:
     ep_path = root / "meta" / "episodes.jsonl"
-    rows = _typed_jsonl_episodes(_read_jsonl(ep_path), ep_path)
+    fast = jsonl_episode_columns(ep_path) if ep_path.is_file() else None
+    if fast is None:  # row by row: names the first bad line
+        ep, length, ep_tasks = _typed_jsonl_episodes(_read_jsonl(ep_path), ep_path)
+        offsets, task_codes, task_names = task_columns(ep_tasks)
+    else:
+        ep, length, offsets, task_codes, task_names = fast
     chunks_size = info.get("chunks_size", 1000)
     if not isinstance(chunks_size, int) or isinstance(chunks_size, bool) or chunks_size < 1:
         raise DatasetFormatError(
@@ -58,7 +66,6 @@ def _load_v21(
                 file=root / "meta" / "info.json",
             )
         )
-    ep, length, ep_tasks = rows
     fps = info["fps"]
     video_paths, data_paths = _episode_paths(
         root, data_tpl, video_tpl, camera_keys, ep, chunks_size
@@ -76,7 +83,6 @@ def _load_v21(
             from_timestamp=np.zeros(len(ep)),
             to_timestamp=to_timestamp,
         )
-    offsets, task_codes, task_names = task_columns(ep_tasks)
     columns = EpisodeTable(
         episode_index=ep,
         length=length,
@@ -122,6 +128,9 @@ def _episode_paths(
     with ``format_map`` on reused dicts. An episode whose paths do not pass is checked again by
     :func:`_format_path`, which raises the error naming it (episodes in order, cameras before
     the data file, as checked one by one before)."""
+    fast = _printf_paths(data_tpl, video_tpl, camera_keys, ep, chunks_size)
+    if fast is not None:
+        return fast
     video_paths: dict[str, list[str]] = {cam: [] for cam in camera_keys}
     data_paths: list[str] = []
     fields: dict[str, Any] = {"episode_chunk": 0, "episode_index": 0}
@@ -161,6 +170,67 @@ def _episode_paths(
                 )
             )
     return video_paths, data_paths
+
+
+_INT_SPEC = re.compile(r"0?[1-9]?\d?d?")  # "", "d", "03d", "06d": printf's %d with a width
+
+
+def _printf(template: str, video_key: str | None) -> tuple[str, tuple[str, ...]] | None:
+    """``template`` as a printf format and the fields it takes in order (``episode_chunk``,
+    ``episode_index``; ``video_key`` put in as text), or None when it uses anything else
+    (then ``format_map`` it is)."""
+    out = []
+    order = []
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    for literal, field, spec, conv in parts:
+        out.append(literal.replace("%", "%%"))
+        if field is None:
+            continue
+        if conv or spec is None:
+            return None
+        if field == "video_key" and video_key is not None and not spec:
+            out.append(video_key.replace("%", "%%"))
+        elif field in ("episode_chunk", "episode_index") and _INT_SPEC.fullmatch(spec):
+            out.append("%" + spec.rstrip("d") + "d")
+            order.append(field)
+        else:
+            return None
+    return "".join(out), tuple(order)
+
+
+def _printf_paths(
+    data_tpl: str,
+    video_tpl: str | None,
+    camera_keys: tuple[str, ...],
+    ep: np.ndarray,
+    chunks_size: int,
+) -> tuple[dict[str, list[str]], list[str]] | None:
+    """:func:`_episode_paths` for the usual templates (``{episode_chunk}`` then
+    ``{episode_index}``, integer specs, ``{video_key}``), 10x faster: printf formatting, and
+    the inside-root check once per template, since integers put in it add only digits and
+    ``-`` (which never make ``..`` or ``/``). None when a template is another kind, or its
+    path for the first episode does not pass (the slow path then raises, naming it)."""
+    fmts = {cam: _printf(video_tpl, cam) for cam in camera_keys} if video_tpl else {}
+    data_fmt = _printf(data_tpl, None)
+    if data_fmt is None or any(f is None for f in fmts.values()) or not len(ep):
+        return None
+    if int(ep.min()) < 0:
+        return None
+    values = {"episode_chunk": (ep // chunks_size).tolist(), "episode_index": ep.tolist()}
+
+    def fill(fmt: str, order: tuple[str, ...]) -> list[str] | None:
+        cols = [values[k] for k in order]
+        paths = [fmt % row for row in zip(*cols, strict=True)] if cols else [fmt % ()] * len(ep)
+        return paths if _posix_inside(paths[0]) == paths[0] else None
+
+    videos = {cam: fill(*f) for cam, f in fmts.items()}  # type: ignore[misc]
+    data = fill(*data_fmt)
+    if data is None or any(v is None for v in videos.values()):
+        return None
+    return videos, data  # type: ignore[return-value]
 
 
 def _codes(paths: list[str]) -> tuple[np.ndarray, tuple[str, ...]]:

@@ -19,6 +19,7 @@ from ..errors import (
     MissingFileError,
     describe,
 )
+from .arrow_columns import plain_numpy
 from .episode_table import EpisodeTable, VideoColumns, take_ragged, task_columns
 from .meta_files import _format_path, _read_json, _tasks_tuple
 from .validate import (
@@ -31,8 +32,6 @@ from .validate import (
 def _load_v30(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
 ) -> tuple[EpisodeTable, tuple[str, ...]]:
-    import pandas as pd
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     ep_dir = root / "meta" / "episodes"
@@ -188,6 +187,57 @@ def _load_v30(
     tasks_path = root / "meta" / "tasks.parquet"
     if not tasks_path.is_file():
         _read_json(tasks_path)  # standard MissingFileError
+    pairs = _task_pairs(tasks_path)
+    tasks = _tasks_tuple(pairs, tasks_path)
+    return columns, tasks
+
+
+def _task_pairs(tasks_path: Path) -> Any:
+    """``(task_index, task string)`` pairs of ``meta/tasks.parquet``. Read with pyarrow when
+    the file is as lerobot writes it (an integer ``task_index`` and the task strings in a
+    ``task`` column or the pandas index, no nulls): no pandas import, about 0.4 s of a cold
+    start. Anything else goes through pandas, which raises the errors below."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(tasks_path).read()  # read_table imports pyarrow.dataset, pandas
+    except Exception:
+        table = None  # the pandas path names the error
+    if table is not None:
+        pairs = _arrow_task_pairs(table, tasks_path)
+        if pairs is not None:
+            return pairs
+    return _pandas_task_pairs(tasks_path)
+
+
+def _arrow_task_pairs(table: Any, tasks_path: Path) -> Any:
+    """The pairs of a well-formed tasks table, or None (then pandas decides)."""
+    import pyarrow as pa
+
+    names = table.column_names
+    index_cols = (table.schema.pandas_metadata or {}).get("index_columns") or []
+    plain = [c for c in names if c not in index_cols]
+    if "task" in plain:
+        strings = "task"
+    elif len(index_cols) == 1 and isinstance(index_cols[0], str) and index_cols[0] in names:
+        strings = index_cols[0]
+    else:
+        return None
+    if "task_index" not in plain:
+        return None
+    idx, txt = table.column("task_index"), table.column(strings)
+    if idx.null_count or txt.null_count or not pa.types.is_integer(idx.type):
+        return None
+    if not (pa.types.is_string(txt.type) or pa.types.is_large_string(txt.type)):
+        return None
+    index = int_values(plain_numpy(idx), "task_index", file=tasks_path)
+    return zip(index.tolist(), txt.to_pylist(), strict=True)
+
+
+def _pandas_task_pairs(tasks_path: Path) -> Any:
+    """The pairs as pandas reads them (the task strings: a ``task`` column, else the index)."""
+    import pandas as pd
+
     try:
         tdf = pd.read_parquet(tasks_path)
     except Exception as exc:
@@ -212,24 +262,15 @@ def _load_v30(
         )
     task_strings = tdf.index if "task" not in tdf.columns else tdf["task"]
     index = int_values(tdf["task_index"].to_numpy(), "task_index", file=tasks_path)
-    pairs = zip(index.tolist(), (str(s) for s in task_strings), strict=True)
-    tasks = _tasks_tuple(pairs, tasks_path)
-    # Arrow's allocator keeps the freed pages of the decoded table (about twice the columns at
-    # 10^6 episodes) for reuse; hand them back so loading leaves only the columns resident.
-    pa.default_memory_pool().release_unused()
-    return columns, tasks
+    return zip(index.tolist(), (str(s) for s in task_strings), strict=True)
 
 
 def _numbers(table: Any, name: str) -> np.ndarray:
     """A column as numpy: numeric columns without nulls straight from Arrow, anything else as
     pandas gives it (NaN for nulls, objects for text), which :mod:`.validate` then refuses."""
-    import pyarrow as pa
-
     col = table.column(name)
-    kind = col.type
-    if col.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-        return col.to_numpy()
-    return col.to_pandas().to_numpy()
+    plain = plain_numpy(col)  # copied: a view would keep Arrow's decoded pages resident
+    return plain.copy() if plain is not None else col.to_pandas().to_numpy()
 
 
 def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple[str, ...]]:
@@ -247,13 +288,16 @@ def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple
         lists = col.combine_chunks()
         flat = lists.flatten()  # the values of non-null lists only
         if flat.null_count == 0:
-            lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False)
+            lengths = pc.list_value_length(lists)
+            if lengths.null_count:  # fill_null imports pandas: only when there is a null
+                lengths = lengths.fill_null(0)
+            lengths = plain_numpy(lengths)
             offsets = np.zeros(len(lists) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
             encoded = pc.dictionary_encode(flat)
             return (
                 offsets,
-                encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+                plain_numpy(encoded.indices).astype(np.int32),
                 tuple(encoded.dictionary.to_pylist()),
             )
     values = col.to_pandas().tolist()

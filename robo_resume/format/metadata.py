@@ -21,6 +21,7 @@ from ..errors import (
     DatasetFormatError,
     describe,
 )
+from .arrow_columns import release_freed_memory
 from .meta_files import _check_unique, _load_info, _read_json
 from .meta_types import SUPPORTED_VERSIONS, DatasetMeta, EpisodeInfo, VideoRef
 from .meta_v21 import _load_v21
@@ -60,6 +61,7 @@ def load_metadata(root: str | Path) -> DatasetMeta:
                 fix="download the dataset's meta/ folder again",
             )
         )
+    release_freed_memory()  # leave only the columns resident (see there)
     _check_unique(root, columns.episode_index)
     check_agreement(
         root, info, columns.episode_index, columns.length, columns.dataset_from_index

@@ -141,7 +141,7 @@ class Remainder:
         return segs
 
     def _starts_uncached(self, stream: int) -> np.ndarray:
-        return group_starts(self.segments(stream), self.config.interleave)
+        return group_starts(self.segments(stream).lengths, self.config.interleave)
 
     def group(self, stream: int, index: int) -> Group:
         """Group ``index`` of the stream, with its seeded interleave order."""

@@ -88,8 +88,14 @@ class Chunk:
         return self.stop - self.start
 
 
+def _fits_int32(a: np.ndarray) -> bool:
+    return not len(a) or (int(a.min()) >= -(2**31) and int(a.max()) < 2**31)
+
+
 class Plan:
-    """The chunks of a plan as four int64 columns, in episode then frame order.
+    """The chunks of a plan as four integer columns, in episode then frame order: int32 when
+    every value fits (160 -> 80 MB at 10^6 episodes, 5x10^6 chunks), else int64; the values
+    are the same either way (read them with ``int()`` or as int64 arithmetic).
 
     Row ``i`` is chunk ``i`` (its ``chunk_id`` in the schedule). ``plan[i]`` is a :class:`Chunk`,
     ``plan[a:b]`` a :class:`Plan`; iterating yields :class:`Chunk` s (one object per chunk: for
@@ -113,6 +119,8 @@ class Plan:
             raise ValueError(
                 f"plan columns must have equal lengths; found {[len(a) for a in cols]}"
             )
+        if len(cols[0]) and all(_fits_int32(a) for a in cols):  # half the memory, same values
+            cols = [a.astype(np.int32) for a in cols]
         for a in cols:
             a.flags.writeable = False
         self.episode_index, self.start, self.stop, self.dataset_from_index = cols
@@ -133,7 +141,7 @@ class Plan:
     @property
     def lengths(self) -> np.ndarray:
         """Frames per chunk (``stop - start``), a new int64 array."""
-        return self.stop - self.start
+        return np.subtract(self.stop, self.start, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -305,7 +313,7 @@ def _fingerprint_columns(cols: Sequence[np.ndarray]) -> str:
     width = sum(4 * p + 1 for p in pieces)
     seps = np.frombuffer(b",,,;", dtype=np.uint8)
     for lo in range(0, len(cols[0]), _BLOCK):
-        block = [c[lo : lo + _BLOCK] for c in cols]
+        block = [c[lo : lo + _BLOCK].astype(np.int64) for c in cols]
         n = len(block[0])
         text = np.empty((n, width), dtype=np.uint8)
         keep = np.ones((n, width), dtype=bool)

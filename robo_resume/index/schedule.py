@@ -23,22 +23,30 @@ is bounded by the number of segments of one stream-epoch plus one group, whateve
 Everything is columns (:class:`~robo_resume.index.plan.Plan`,
 :class:`~robo_resume.index.segments.Segments`): the epoch's permutation and prefix sums are
 computed once per epoch, vectorised, and a stream's segments are a slice of them (about
-``chunks / streams`` rows); only a group's few segments become :class:`Segment` objects. Each
-DataLoader worker computes the epoch layout itself, lazily, and keeps only its own stream's
-segments: at 10^6 episodes (5x10^6 chunks) that is one permutation of 0.1-0.3 s per epoch, cheaper
-than shipping arrays between processes, and nothing is kept per epoch beyond the last one.
+``chunks / streams`` rows); only a group's few segments become :class:`Segment` objects.
+A stream's segments are first ``(chunk_id, lo, hi)`` rows (slices of the layout and one small
+permutation), which locating a position needs; the plan's columns are gathered for a group's
+rows only, or for all of them when :attr:`Schedule.segments` is asked (elastic resume).
+
+The epoch layout is computed once per epoch and shared: :meth:`Schedule.share_epoch`, which
+:class:`~robo_resume.stream.loader.BatchLoader` calls (through the dataset's
+``share_schedule``) in the main process before its workers start. Forked workers inherit it,
+spawned ones receive it with the pickled schedule (12 bytes per chunk: 60 MB at 10^6 episodes,
+5x10^6 chunks, against 0.3-0.5 s of permutation per worker on 2 cores). A worker computes a
+layout itself only for the epochs it reaches on its own (persistent workers, infinite mode)
+or under a plain ``DataLoader(ds)``, which has no hook before its workers start. One layout is
+kept per process, the newest: memory stays flat across epochs.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .plan import Chunk, Plan
-from .segments import Segment, Segments
+from .segments import NO_EPOCH, Segment, Segments
 from .topology import Topology, _positive_int, _ranks_apart, stream_lengths
 
 __all__ = [
@@ -196,19 +204,39 @@ class Schedule:
         # prefix sums, 12 bytes per chunk) of the newest epoch only; of that epoch only, a few
         # streams' segments (a worker reads one; robo-resume plan and the elastic leftover
         # visit the streams one after another).
+        self._rows = EpochCache(self._rows_uncached, streams=4)
         self.segments = EpochCache(self._segments, streams=4)
         self._group_starts = EpochCache(self._group_starts_uncached, streams=4)
-        self._epoch_layout = functools.lru_cache(maxsize=1)(self._epoch_layout_uncached)
+        self._layout: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for k in ("segments", "_group_starts", "_epoch_layout"):
+        for k in ("_rows", "segments", "_group_starts"):
             state.pop(k)
-        return state
+        return state  # with the newest epoch layout, if any (see share_epoch)
 
     def __setstate__(self, state):
+        layout = state.pop("_layout", None)
         self.__dict__.update(state)
         self._caches()
+        self._layout = layout
+
+    def share_epoch(self, epoch: int) -> None:
+        """Compute epoch ``epoch``'s layout (its permutation and prefix sums) now, in this
+        process, so that the processes made from it do not: what a DataLoader's main process
+        calls before its workers start. Forked workers inherit it (pages shared, never
+        written); a pickled schedule (spawn, forkserver workers) carries it. Like every
+        layout, it is kept until another epoch's is computed (one at a time: flat memory).
+        """
+        self._check(epoch, 0)
+        self._epoch_layout(epoch)
+
+    def _epoch_layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The newest epoch's layout, computed once (see :meth:`_epoch_layout_uncached`)."""
+        if self._layout is None or self._layout[0] != epoch:
+            self._layout = None  # the old one goes first: one layout in memory at a time
+            self._layout = (epoch, self._epoch_layout_uncached(epoch))
+        return self._layout[1]
 
     def _rng(self, *key: int) -> np.random.Generator:
         return np.random.default_rng(
@@ -224,14 +252,18 @@ class Schedule:
     def _epoch_layout_uncached(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.chunks)
         perm = self._rng(epoch, _PERMUTE).permutation(n) if self.config.shuffle else np.arange(n)
-        plan = self.chunks
-        offsets = np.concatenate(([0], np.cumsum(plan.stop[perm] - plan.start[perm])))
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        plan = self.chunks  # one gather (of the plan's own dtype), not two
+        np.cumsum((plan.stop - plan.start)[perm], out=offsets[1:])
         if n < 2**31:  # half the memory; the values are the same
             perm = perm.astype(np.int32)
         return perm, offsets
 
-    def _segments(self, epoch: int, stream: int) -> Segments:
-        """The stream's segments for an epoch, after the per-stream shuffle."""
+    def _rows_uncached(self, epoch: int, stream: int) -> tuple[np.ndarray, ...]:
+        """The stream's segments for an epoch as ``(chunk_id, lo, hi)``, after the per-stream
+        shuffle: frames ``[lo, hi)`` of the chunk (relative to its start). Contiguous slices of
+        the epoch layout and one small permutation: no gather from the plan's columns, which
+        :meth:`_segments` does (for all rows) and :meth:`group` (for a group's rows only)."""
         self._check(epoch, stream)
         perm, offsets = self._epoch_layout(epoch)
         t, n = self.total_frames, len(perm)
@@ -242,32 +274,41 @@ class Schedule:
             take = min(b - a, t - x)
             pieces.append((x, x + take))
             a += take
-        plan = self.chunks
-        parts = []
-        for x, y in pieces:  # the chunks k with offsets[k] < y and offsets[k + 1] > x
+        rows, los, his = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for x, y in pieces:  # rows k with offsets[k] < y and offsets[k + 1] > x
             k0 = int(np.searchsorted(offsets, x, side="right")) - 1
             k1 = int(np.searchsorted(offsets[:n], y, side="left"))
-            cid = perm[k0:k1]
             at = offsets[k0:k1]
-            lo = np.maximum(x, at) - at
-            hi = np.minimum(y, offsets[k0 + 1 : k1 + 1]) - at
-            first = plan.start[cid]
-            parts.append(
-                Segments(
-                    cid,
-                    plan.episode_index[cid],
-                    first + lo,
-                    first + hi,
-                    plan.dataset_from_index[cid] + lo,
-                )
-            )
-        segs = Segments.concat(parts)
+            rows.append(np.arange(k0, k1))
+            los.append(np.maximum(x, at) - at)
+            his.append(np.minimum(y, offsets[k0 + 1 : k1 + 1]) - at)
+        row, lo, hi = (np.concatenate(c) for c in (rows, los, his))
         if self.config.shuffle:
-            segs = segs[self._rng(epoch, _STREAM, stream).permutation(len(segs))]
-        return segs
+            order = self._rng(epoch, _STREAM, stream).permutation(len(row))
+            row, lo, hi = row[order], lo[order], hi[order]
+        return perm[row].astype(np.int64), lo, hi
+
+    def _take(self, cid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Segments:
+        plan = self.chunks
+        first = plan.start[cid].astype(np.int64)  # the plan's columns may be int32
+        return Segments._raw(
+            [
+                cid,
+                plan.episode_index[cid].astype(np.int64),
+                first + lo,
+                first + hi,
+                plan.dataset_from_index[cid] + lo,
+                np.full(len(cid), NO_EPOCH, dtype=np.int64),
+            ]
+        )
+
+    def _segments(self, epoch: int, stream: int) -> Segments:
+        """The stream's segments for an epoch, after the per-stream shuffle."""
+        return self._take(*self._rows(epoch, stream))
 
     def _group_starts_uncached(self, epoch: int, stream: int) -> np.ndarray:
-        return _group_starts(self.segments(epoch, stream), self.config.interleave)
+        _, lo, hi = self._rows(epoch, stream)
+        return _group_starts(hi - lo, self.config.interleave)
 
     def length(self, stream: int) -> int:
         """Frames stream ``stream`` yields per epoch (``frames_per_stream`` unless tail "keep")."""
@@ -283,9 +324,9 @@ class Schedule:
 
     def group(self, epoch: int, stream: int, index: int) -> Group:
         """Group ``index`` of a stream-epoch, with its seeded interleave order."""
-        segs = self.segments(epoch, stream)
+        rows = self._rows(epoch, stream)
         size = self.config.interleave
-        members = segs.objects(index * size, (index + 1) * size)
+        members = self._take(*(c[index * size : (index + 1) * size] for c in rows)).objects(0, size)
         if not members:
             raise IndexError(f"group {index} out of range ({self.num_groups(epoch, stream)})")
         order = np.repeat(np.arange(len(members), dtype=np.int64), [m.length for m in members])
@@ -332,9 +373,9 @@ class Schedule:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _group_starts(segs: Segments, size: int) -> np.ndarray:
-    """Prefix sums of the frames of consecutive runs of ``size`` segments (the groups)."""
-    lengths = segs.lengths
+def _group_starts(lengths: np.ndarray, size: int) -> np.ndarray:
+    """Prefix sums of the frames of consecutive runs of ``size`` segments (the groups);
+    ``lengths``: the segments' frames, in the stream's order."""
     if not len(lengths):
         return np.zeros(1, dtype=np.int64)
     per_group = np.add.reduceat(lengths, np.arange(0, len(lengths), size))

@@ -139,6 +139,9 @@ class BatchLoader(torch.utils.data.DataLoader):
                 ds.ring_flags.share_memory_()
             cams = renamed(ds.dataset.meta.camera_keys, ds.dataset.renames)  # as batches name them
             ring = (ds.ring_flags, cams)
+        if self.num_workers > 0 and hasattr(source, "share_schedule"):
+            if getattr(self, "_iterator", None) is None:  # workers start now
+                source.share_schedule(self.num_workers)
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
             check_worker_start(self)  # spawn/forkserver: what fails in a worker, named here
         try:
