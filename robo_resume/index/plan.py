@@ -23,11 +23,13 @@ from ..errors import DatasetFormatError, describe
 
 __all__ = [
     "MAX_PLAN_CHUNKS",
+    "PLAN_DIGEST_PREFIX",
     "Chunk",
     "EpisodeSpan",
     "EpisodeSpans",
     "Plan",
     "make_chunks",
+    "plan_digest",
     "plan_fingerprint",
 ]
 
@@ -102,7 +104,7 @@ class Plan:
     small plans and tests). The arrays are read-only and shared, never copied per worker.
     """
 
-    __slots__ = ("_fingerprint", "dataset_from_index", "episode_index", "start", "stop")
+    __slots__ = ("_digest", "_fingerprint", "dataset_from_index", "episode_index", "start", "stop")
 
     def __init__(
         self,
@@ -125,6 +127,7 @@ class Plan:
             a.flags.writeable = False
         self.episode_index, self.start, self.stop, self.dataset_from_index = cols
         self._fingerprint: str | None = None
+        self._digest: str | None = None
 
     @classmethod
     def from_chunks(cls, chunks: Plan | Sequence[Chunk]) -> Plan:
@@ -183,6 +186,14 @@ class Plan:
                 (self.episode_index, self.start, self.stop, self.dataset_from_index)
             )
         return self._fingerprint
+
+    def digest(self) -> str:
+        """:func:`plan_digest` of the plan (computed once)."""
+        if self._digest is None:
+            self._digest = _digest_columns(
+                (self.episode_index, self.start, self.stop, self.dataset_from_index)
+            )
+        return self._digest
 
 
 def make_chunks(
@@ -281,12 +292,43 @@ def _cut_chunks(
     return row[order], start[order], stop[order]
 
 
+PLAN_DIGEST_PREFIX = "c1:"
+"""Start of a :func:`plan_digest` value; a plan fingerprint without it is the older
+:func:`plan_fingerprint` (16 hex digits), which resume states carried before."""
+
+
+def plan_digest(chunks: Plan | Sequence[Chunk]) -> str:
+    """Stable digest of the chunk list: ``"c1:"`` and 32 hex digits (changes when any chunk
+    changes); what dataset fingerprints and resume states carry as ``"plan"``.
+
+    The BLAKE2b of the four columns' bytes (each as little-endian int32 when all its values fit,
+    else int64; the width and row count are hashed first, so two plans give the same digest
+    only if their columns are equal). About 0.2 s at 10^6 episodes (5x10^6 chunks), where the
+    text digest of :func:`plan_fingerprint` takes 5 to 20 s.
+    """
+    if isinstance(chunks, Plan):
+        return chunks.digest()
+    return Plan.from_chunks(chunks).digest()
+
+
+def _digest_columns(cols: Sequence[np.ndarray]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"plan-columns;{len(cols[0])};".encode())
+    for c in cols:
+        small = not len(c) or (int(c.min()) >= -(2**31) and int(c.max()) < 2**31)
+        col = c.astype("<i4") if small else c.astype("<i8", copy=False)
+        h.update(b"4;" if small else b"8;")
+        h.update(memoryview(np.ascontiguousarray(col)).cast("B"))
+    return PLAN_DIGEST_PREFIX + h.hexdigest()
+
+
 def plan_fingerprint(chunks: Plan | Sequence[Chunk]) -> str:
     """Stable sha256 hex digest of the chunk list (changes when any chunk changes).
 
     The digest of the text ``"{episode_index},{start},{stop},{dataset_from_index};"`` per chunk,
-    in plan order (the value resume states carry since the first release). Computed from the
-    columns in blocks, without a Python object or string per chunk.
+    in plan order: the ``"plan"`` value (its first 16 digits) that resume states carried
+    before :func:`plan_digest`; kept to check such states. Computed from the columns in blocks,
+    without a Python object or string per chunk (5 to 20 s at 10^6 episodes).
     """
     if isinstance(chunks, Plan):
         return chunks.fingerprint()

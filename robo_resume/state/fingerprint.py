@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+from ..index.plan import PLAN_DIGEST_PREFIX, Plan, plan_fingerprint
+
+logger = logging.getLogger("robo_resume")
 
 _FIX = {
     "dataset": "the state belongs to another dataset (its episodes or features differ); pass "
@@ -52,3 +57,26 @@ def value_hash(obj: Any) -> str:
     """16 hex digits of the SHA-256 of ``obj`` as sorted JSON: a fingerprint field for a value
     (an episode list, a key mapping) too large to keep in a state."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def expected_for(fingerprint: Mapping[str, Any], theirs: Any, plan: Plan) -> dict[str, Any]:
+    """``fingerprint`` (a dataset's) as a state whose fingerprint is ``theirs`` must match it.
+
+    States written before :func:`~robo_resume.index.plan.plan_digest` carry the older text
+    digest of the plan (16 hex digits, no ``"c1:"``): for them, that older value of ``plan`` is
+    computed (seconds at 10^6 episodes, only then) and put in place of the new one, with an
+    INFO line, so an old state still resumes the same plan and is still refused for another.
+    """
+    out = dict(fingerprint)
+    old = theirs.get("plan") if isinstance(theirs, Mapping) else None
+    if isinstance(old, str) and not old.startswith(PLAN_DIGEST_PREFIX):
+        out["plan"] = plan_fingerprint(plan)[:16]
+        logger.info(
+            "The resume state carries the older plan fingerprint (%s, written before "
+            "robo_resume hashed the plan's columns): checked against this plan's older value "
+            "(%s); states saved from now on carry the new one (%s).",
+            old,
+            out["plan"],
+            fingerprint.get("plan"),
+        )
+    return out
