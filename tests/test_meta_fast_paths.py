@@ -122,3 +122,20 @@ def test_v30_load_metadata_does_not_import_pandas(tmp_path):
         [sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("key", ["data_path", "video_path"])
+@pytest.mark.parametrize("value", [-1, 7.5, ["data/{episode_index}.parquet"]])
+def test_v21_template_that_is_not_text_is_named(tmp_path, key, value):
+    """A data_path or video_path in info.json that is no string gets the template error of the
+    row-by-row path (the printf fast path raised a bare TypeError on -1; found by test_fuzz)."""
+    root = make_dataset(tmp_path / "ds", version="v2.1", episode_lengths=(3, 2), num_cameras=1).root
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info[key] = value
+    info_path.write_text(json.dumps(info))
+    from robo_resume.errors import DatasetFormatError
+
+    what = "data" if key == "data_path" else "video"
+    with pytest.raises(DatasetFormatError, match=rf"{what} template cannot be filled.*info\.json"):
+        load_metadata(root)

@@ -183,7 +183,7 @@ def _printf(template: str, video_key: str | None) -> tuple[str, tuple[str, ...]]
     order = []
     try:
         parts = list(string.Formatter().parse(template))
-    except ValueError:
+    except (ValueError, TypeError):  # not a str.format template: format_map's path names it
         return None
     for literal, field, spec, conv in parts:
         out.append(literal.replace("%", "%%"))
