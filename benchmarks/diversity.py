@@ -8,7 +8,8 @@ size, printed side by side:
   index + 1), mean;
 - ``frames/s`` (the settings of ``--speed``, and lerobot's shuffled loader):
   ``ds.dataloader(num_workers=W)`` with ``--dtype`` images (float32 by default, what lerobot
-  yields), W = 0 and 2, ``--n`` batches after ``--warmup`` (0: one whole epoch), median of
+  yields), W = 0 and 2, ``--n`` batches after ``--warmup`` (0: one whole epoch; lerobot:
+  ``--lerobot-n`` batches, it seeks and decodes frame by frame), median of
   ``--rounds`` rounds taken alternately (A, B, C, then C, B, A, ...), with min-max spread;
 - ``peak RSS``: the largest resident memory of the measuring process (its ``VmHWM``) and of its
   largest DataLoader worker (``ru_maxrss`` of the children), MB.
@@ -215,7 +216,7 @@ def _measure_child(args) -> dict:
     for _, batch in zip(range(args.n) if args.n else iter(int, 1), it, strict=False):
         frames += len(batch["index"])
     fps = frames / (time.perf_counter() - t)
-    del it
+    del it, loader  # the workers exit and are reaped: their peak RSS counts below
     own = _peak_rss_mb()
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"fps": fps, "rss_mb": own, "worker_rss_mb": kids}
@@ -337,7 +338,7 @@ def run_case(name, root, episodes, args) -> dict:
                         s,
                         w,
                         args.warmup,
-                        args.n,
+                        args.lerobot_n if s == LEROBOT else args.n,
                         args.dtype,
                         fresh=not args.quick,
                     )
@@ -364,6 +365,7 @@ def run_case(name, root, episodes, args) -> dict:
                 ]
             )
     what = f"{args.n} batches" if args.n else "one epoch"
+    what += f" (lerobot {args.lerobot_n})" if LEROBOT in timed else ""
     print(
         f"\n## {name}: frames/s, {args.dtype}, batch {args.speed_batch}, {what} after "
         f"{args.warmup}, {args.rounds} rounds"
@@ -394,6 +396,12 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument(
         "--n", type=int, default=0, help="batches timed per measurement (0: one whole epoch)"
+    )
+    p.add_argument(
+        "--lerobot-n",
+        type=int,
+        default=20,
+        help="batches timed per measurement of lerobot's loader (it decodes frame by frame)",
     )
     # the child process's arguments
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
