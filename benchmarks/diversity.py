@@ -9,7 +9,7 @@ size, printed side by side:
 - ``frames/s`` (the settings of ``--speed``, and lerobot's shuffled loader):
   ``ds.dataloader(num_workers=W)`` with ``--dtype`` images (float32 by default, what lerobot
   yields), W = 0 and 2, ``--n`` batches after ``--warmup`` (0: one whole epoch; lerobot:
-  ``--lerobot-n`` batches, it seeks and decodes frame by frame), median of
+  ``--lerobot-n`` batches after at most 2, it seeks and decodes frame by frame), median of
   ``--rounds`` rounds taken alternately (A, B, C, then C, B, A, ...), with min-max spread;
 - ``peak RSS``: the largest resident memory of the measuring process (its ``VmHWM``) and of its
   largest DataLoader worker (``ru_maxrss`` of the children), MB.
@@ -337,7 +337,7 @@ def run_case(name, root, episodes, args) -> dict:
                         args.speed_batch,
                         s,
                         w,
-                        args.warmup,
+                        min(args.warmup, 2) if s == LEROBOT else args.warmup,
                         args.lerobot_n if s == LEROBOT else args.n,
                         args.dtype,
                         fresh=not args.quick,
