@@ -36,7 +36,7 @@ from ..stream.blocks import (
     _torch_threads,
 )
 from ..stream.lifetime import bind_to_trainer
-from ..stream.tuning import SKIP_ERRORS
+from ..stream.tuning import SKIP_ERRORS, StreamTuning
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
 logger = logging.getLogger("robo_resume")
@@ -48,6 +48,43 @@ PLAIN_LOADER_NOTE = (
     "functions or batch sizes stack every batch. ds.dataloader(num_workers=...) yields the same "
     "batches and adds len(), epochs() and on_error='skip'; see the README, 'A plain DataLoader'."
 )
+
+
+READ_AHEAD_BYTES = 256 << 20
+"""Decoded frames a stream may hold ahead of its batches (see ``_Reading._read_ahead``)."""
+
+_DEFAULT_INTERLEAVE = StreamTuning().interleave  # no read-ahead up to this many open segments
+
+
+def _take_ahead(reader, held, frames: range, stop: int, dest=None):
+    """Columns of ``frames`` of a segment, and what is left decoded ahead ``(n, columns)``.
+
+    ``held`` (or None): frames decoded earlier from ``frames.start`` on; the rest is decoded
+    with ``reader.raw`` (into ``dest`` like ``reader.raw(frames, dest)``: ``{camera: (buffer,
+    rows)}``, one row per frame of ``frames``), then the frames up to ``stop`` (>=
+    ``frames.stop``) are decoded and kept. Values are the same as one ``reader.raw(frames,
+    dest)``.
+    """
+    start, count, pieces = frames.start, len(frames), []
+    if held is not None:
+        n, cols = held
+        m = min(n, count)
+        piece = {k: v[:m] for k, v in cols.items()}
+        for cam, (buf, rows) in (dest or {}).items():
+            if cam in piece:
+                buf[rows[:m]] = piece.pop(cam)
+        pieces.append(piece)
+        held = (n - m, {k: v[m:] for k, v in cols.items()}) if n > m else None
+        if dest:
+            dest = {cam: (buf, rows[m:]) for cam, (buf, rows) in dest.items()}
+        start, count = start + m, count - m
+    if count:
+        pieces.append(reader.raw(range(start, start + count), dest))
+        if stop > start + count:
+            held = (stop - start - count, reader.raw(range(start + count, stop)))
+    if len(pieces) == 1:
+        return pieces[0], held
+    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}, held
 
 
 class _Reading:
@@ -280,6 +317,8 @@ class _Reading:
         skip = self.on_error == "skip"
         bad = [self._skipped_from(epoch, s) for s in segs]
         readers: list[Any] = [None] * k
+        ahead = self._read_ahead(k)
+        held: list[tuple[int, dict[str, np.ndarray]] | None] = [None] * k  # decoded ahead
         position = group.position + offset
         most = self.tuning.block_frames * k
         head = np.array([self.rank, role, num_workers, epoch], dtype=np.int64)
@@ -308,7 +347,11 @@ class _Reading:
                                 bufs, base = into()
                                 at = rows[:good] + base
                                 dest = {cam: (buf, at) for cam, buf in bufs.items()}
-                            raw = readers[j].raw(frames, dest)
+                            if held[j] is None and good >= ahead:  # decoded into the batch
+                                raw = readers[j].raw(frames, dest)
+                            else:  # a few frames at a time: decode ahead, keep the rest
+                                stop = min(seg.stop, nxt[j] + max(good, ahead))
+                                raw, held[j] = _take_ahead(readers[j], held[j], frames, stop, dest)
                         except SKIP_ERRORS as exc:
                             where = (
                                 f"frames {frames.start}..{frames.stop - 1} of episode "
@@ -348,6 +391,24 @@ class _Reading:
             for r in readers:
                 if r is not None:
                     r.close()
+
+    def _read_ahead(self, open_segments: int) -> int:
+        """Frames decoded per read of a segment when a block wants fewer (1: no read-ahead).
+
+        With more open segments than a batch has frames (a large ``StreamTuning.interleave``),
+        a batch takes about one frame from each: decoding a few frames per visit and keeping
+        the rest for the segment's next frames saves switching decoders, within
+        :data:`READ_AHEAD_BYTES` per stream and at most ``block_frames``. Off up to the default
+        interleave's number of open segments (4), whatever the batch size: the default reads
+        as without read-ahead. Off with ``on_error="skip"`` (a read must fail where it would
+        fail without read-ahead, to skip the same frames after a resume).
+        """
+        if self.on_error == "skip" or open_segments <= max(self.batch_size, _DEFAULT_INTERLEAVE):
+            return 1  # a batch takes several frames per open segment: decoded into the batch
+        shapes = [self.items.camera_shape(c) for c in self.meta.camera_keys]
+        frame = sum(int(np.prod(sh)) for sh in shapes if sh is not None) or 1
+        per = READ_AHEAD_BYTES // (open_segments * frame)
+        return int(max(1, min(self.tuning.block_frames, per)))
 
     # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
     def stream_batches(

@@ -1,0 +1,59 @@
+"""The diversity benchmark runs (``--quick``) and writes complete JSON.
+
+Timings are never asserted (the machine may be busy): only that every setting's diversity, the
+uniform and lerobot references and the frames/s of the default and of ``interleave=32`` were
+measured, and that the printed tables are there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(120)
+def test_diversity_benchmark_quick(tmp_path: Path) -> None:
+    out_json = tmp_path / "diversity.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "diversity.py"),
+            "--quick",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--json",
+            str(out_json),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "batch 16, diversity" in proc.stdout and "frames/s, float32" in proc.stdout
+    data = json.loads(out_json.read_text())
+    (case,) = data["cases"]
+    res = case["batches"]["16"]
+    default, wide = res["default (interleave=4)"], res["interleave=32"]
+    assert default["interleave"] == 4 and wide["interleave"] == 32
+    for key in (default, wide):
+        for workers in ("w0", "w2"):
+            distinct, consecutive = key[workers]
+            assert 1 <= distinct <= 16 and 0 <= consecutive <= 15
+    # more open chunks: more episodes per batch, fewer consecutive-frame neighbours
+    assert wide["w0"][0] > default["w0"][0] and wide["w0"][1] < default["w0"][1]
+    for ref in ("uniform", "lerobot"):
+        assert 1 <= res[ref][0] <= 16 and 0 <= res[ref][1] <= 15
+    (speed,) = case["speed"].values()
+    assert set(speed) == {"default (interleave=4)", "interleave=32"}
+    for runs in case["speed"].values():
+        for ms in runs.values():
+            assert ms and all(math.isfinite(m["fps"]) and m["fps"] > 0 for m in ms)
+            assert all(m["rss_mb"] > 0 for m in ms)

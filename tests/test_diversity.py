@@ -1,0 +1,178 @@
+"""Batch diversity with a large ``StreamTuning.interleave``, and the read-ahead it uses.
+
+The default stays ``interleave=4``. A larger interleave opens more chunks per stream, so a
+batch mixes more episodes (about as many as uniform random sampling at ``6 * batch_size``);
+it keeps every frame exactly once per epoch and resumes exactly. With more open chunks than a
+batch has frames, a chunk decodes a few frames ahead per visit (stream/reading.py): the batches
+are the same as read frame by frame, and the default interleave never reads ahead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import robo_resume.stream.reading as reading
+from robo_resume import ChunkedEpisodeDataset, StreamTuning
+from robo_resume.audit import consume
+from robo_resume.testing import make_dataset
+
+
+@pytest.fixture(scope="module")
+def ten(tmp_path_factory):
+    """10 episodes of 300 frames, no cameras (the schedule is what is measured)."""
+    root = tmp_path_factory.mktemp("diversity") / "ten"
+    return make_dataset(root, episode_lengths=(300,) * 10, num_cameras=0).root
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Enough chunks per stream that interleave 4 and 32 give different orders."""
+    root = tmp_path_factory.mktemp("diversity") / "small"
+    return make_dataset(root, episode_lengths=(40, 56, 33, 61, 47, 38), num_cameras=0).root
+
+
+@pytest.fixture(scope="module")
+def cams(tmp_path_factory):
+    """Two cameras, several chunks per episode (read-ahead)."""
+    root = tmp_path_factory.mktemp("diversity") / "cams"
+    return make_dataset(root, episode_lengths=(37, 52, 29, 44, 61, 33), num_cameras=2).root
+
+
+def distinct_per_batch(ds, workers: int) -> float:
+    """Mean distinct episodes per batch over two epochs of every stream (schedule only)."""
+    sched = ds.schedule(workers)
+    plan = ds.chunks
+    episode = {}
+    for c in range(len(plan)):
+        a, n = int(plan.dataset_from_index[c]), int(plan.stop[c] - plan.start[c])
+        for i in range(a, a + n):
+            episode[i] = int(plan.episode_index[c])
+    b, counts = ds.batch_size, []
+    for e in range(2):
+        for s in range(sched.topology.num_streams):
+            idx = sched.frame_indices(e, s).tolist()
+            for k in range(0, len(idx) - b + 1, b):
+                counts.append(len({episode[i] for i in idx[k : k + b]}))
+    return float(np.mean(counts))
+
+
+def uniform_per_batch(lengths, b: int) -> float:
+    """Mean distinct episodes per batch of uniform random sampling (simulated)."""
+    rng = np.random.default_rng(0)
+    episode = np.repeat(np.arange(len(lengths)), lengths)
+    p = episode[rng.permutation(len(episode))]
+    p = p[: len(p) // b * b].reshape(-1, b)
+    return float(np.mean([len(set(r)) for r in p.tolist()]))
+
+
+def test_the_default_interleave_is_unchanged():
+    assert StreamTuning().interleave == 4
+
+
+@pytest.mark.parametrize("batch_size", [8, 16, 32])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_larger_interleave_gives_more_diverse_batches(ten, batch_size, workers):
+    uniform = uniform_per_batch([300] * 10, batch_size)
+
+    def diversity(interleave):
+        tuning = None if interleave is None else StreamTuning(interleave=interleave)
+        ds = ChunkedEpisodeDataset(ten, batch_size=batch_size, tuning=tuning)
+        return distinct_per_batch(ds, workers)
+
+    default, sixteen = diversity(None), diversity(16)
+    wide = diversity(min(6 * batch_size, 128))
+    assert default < sixteen < wide or default < sixteen == wide
+    assert default < 0.7 * uniform  # the default is far below uniform sampling
+    assert wide >= 0.9 * uniform, (batch_size, workers, wide, uniform)
+
+
+KW = dict(batch_size=8, seed=2, chunk_frames=16)  # several chunks per stream with 2 workers
+WIDE = StreamTuning(interleave=32)
+
+
+def _run(root, workers, tuning=WIDE, **kw):
+    return consume(
+        lambda **k: ChunkedEpisodeDataset(root, **KW, tuning=tuning, **k),
+        epochs=2,
+        num_workers=workers,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_frame_exactly_once_with_a_large_interleave(small, workers):
+    tuning = StreamTuning(interleave=32, tail="keep")
+    ds = ChunkedEpisodeDataset(small, **KW, drop_last=False, tuning=tuning)
+    total = ds.meta.total_frames
+    for _ in range(2):
+        got = [i for b in ds.dataloader(num_workers=workers) for i in b["index"].tolist()]
+        assert sorted(got) == list(range(total))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_large_interleave_resumes_exactly(small, workers):
+    full, _ = _run(small, workers)
+    narrow, _ = _run(small, workers, tuning=None)
+    assert full != narrow, "precondition: interleave 32 orders these frames differently"
+    for crash in (1, 5, len(full) // 2 + 1):
+        before, state = _run(small, workers, stop_after=crash)
+        assert state["fingerprint"]["interleave"] == 32
+        after, _ = _run(small, workers, resume_state=state, stop_after=len(full) - crash)
+        assert before + after == full, crash
+
+
+def test_the_default_interleave_never_reads_ahead(cams):
+    for batch_size in (1, 2, 3, 4, 8):
+        ds = ChunkedEpisodeDataset(cams, batch_size=batch_size, chunk_frames=16)
+        assert ds._read_ahead(ds.config.interleave) == 1, batch_size
+    ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=16, tuning=WIDE)
+    assert ds._read_ahead(32) > 1
+    skip = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=16, tuning=WIDE, on_error="skip")
+    assert skip._read_ahead(32) == 1
+
+
+@pytest.mark.parametrize("ahead", ["block", 3])
+@pytest.mark.parametrize("batch_size", [8, 2])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_read_ahead_yields_the_same_batches(cams, monkeypatch, workers, batch_size, ahead):
+    """Many open chunks decode a few frames per visit and keep the rest (stream/reading.py):
+    the batches (cameras, delta windows, every column) equal those read frame by frame, with
+    read-ahead up to ``block_frames`` (every visit after the first served from what is kept)
+    and with 3 frames (a visit takes kept frames and decodes more)."""
+    delta = {"observation.images.cam0": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}
+
+    def dataset():
+        return ChunkedEpisodeDataset(
+            cams,
+            batch_size=batch_size,
+            chunk_frames=8,  # 2 workers: 16 or more open chunks per stream
+            delta_timestamps=delta,
+            image_dtype="uint8",
+            tuning=WIDE,
+        )
+
+    def batches():
+        loader = dataset().dataloader(
+            num_workers=workers, multiprocessing_context="fork" if workers else None
+        )  # forked workers see the patched READ_AHEAD_BYTES
+        return [{k: v for k, v in b.items() if isinstance(v, torch.Tensor)} for b in loader]
+
+    ds = dataset()
+    assert len(ds.chunks) >= 32
+    if ahead == "block":
+        assert ds._read_ahead(32) == ds.tuning.block_frames
+    else:
+        frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys)
+        monkeypatch.setattr(reading, "READ_AHEAD_BYTES", ahead * 32 * frame)
+        assert ds._read_ahead(32) == ahead
+    got = batches()
+    monkeypatch.setattr(reading, "READ_AHEAD_BYTES", 0)  # one frame per read
+    assert ds._read_ahead(32) == 1
+    plain = batches()
+    assert len(got) == len(plain) > 10
+    for a, p in zip(got, plain, strict=True):
+        assert a.keys() == p.keys()
+        for k in a:
+            assert torch.equal(a[k], p[k]), k
