@@ -76,9 +76,10 @@ WORKER_START_METHOD: str | None = None
 torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
 
 
-def episode_spans(meta: DatasetMeta, episodes: Sequence[int]) -> EpisodeSpans:
+def episode_spans(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSpans:
     """The planning columns ``(episode_index, dataset_from_index, length)`` of ``episodes`` (in
-    that order), as int64 arrays: the one place the plan reads ``meta``."""
+    that order; None: every episode, sorted), as int64 arrays: the one place the plan reads
+    ``meta``."""
     return EpisodeSpans(*meta.spans(episodes))
 
 
@@ -187,8 +188,14 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self.meta = (meta if meta is not None else load_metadata(src.root)).select(features)
         self.renames = check_renames(self.meta, src.renames())
         # The selection as a read-only int64 array: 8 MB at 10^6 episodes, where a tuple of
-        # Python ints takes about 40 MB, in the main process and in every spawned worker.
-        self._episodes = np.asarray(select_episodes(self.meta, src.episodes), dtype=np.int64)
+        # Python ints takes about 40 MB, in the main process and in every spawned worker. All
+        # episodes: the metadata's own sorted column (no copy, no lookup).
+        every = src.episodes is None
+        self._episodes = (
+            self.meta.episode_indices
+            if every
+            else np.asarray(select_episodes(self.meta, src.episodes), dtype=np.int64)
+        )
         self._episodes.flags.writeable = False
         self.batch_size = batch_size
         self.seed = seed
@@ -207,7 +214,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 decoder_threads=self.tuning.decoder_threads,
             ),
         )
-        spans = episode_spans(self.meta, self._episodes)
+        spans = episode_spans(self.meta, None if every else self._episodes)
         self.total_frames = int(spans.length.sum())
         cuts = self._keyframe_cuts() if self.tuning.cut_at_keyframes else None
         self.chunks: Plan = make_chunks(spans, chunk_frames, cut_points=cuts)
