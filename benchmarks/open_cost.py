@@ -11,9 +11,15 @@ episodes one timed run each, no warm-up: the old per-episode code takes minutes 
 - the same with ``meta=`` given (planning alone);
 - ``robo-resume plan ROOT --step 1000000 --batch-size 32 --num-workers 8 --world-size 4
   --json``, the wall time of the command in a fresh process (every synthetic v3.0 size in full
-  runs, the largest in ``--quick``), beside a process that only imports ``robo_resume.cli``;
-- the memory of the metadata (full runs): resident memory (RSS) of a fresh process after
-  ``load_metadata`` minus before it (``retained``), and its peak while loading (``peak``).
+  runs, the largest in ``--quick``), beside a process that only imports what the command does;
+- ``ds.fingerprint`` of a fresh dataset (the plan digest, the dataset and selection hashes);
+- memory (full runs): resident memory (RSS) of a fresh process after ``load_metadata`` minus
+  before it (``retained``), its peak while loading (``peak``), then with the dataset
+  constructed (``+plan``) and its epoch layout shared for 8 workers (``+layout``); and per
+  worker, after locating its stream at step 10^6: a forked worker's private memory (USS, read
+  once from ``/proc/self/smaps_rollup``; the rest it shares with the main process) beyond a
+  forked worker that only runs the garbage collector (which dirties the imports' pages), and a
+  forkserver worker's RSS beyond a forkserver worker with the imports only (its own copy).
 
 Datasets: synthetic v3.0 ``meta/`` folders with 10^4 episodes (and 10^3, 10^5, 10^6 in full
 runs), written with the factory's columns (two cameras, per-episode stats) but without data or
@@ -58,31 +64,69 @@ def _meta_bytes(root: Path) -> int:
 
 
 _RSS_PROBE = """
-import gc, json, sys
+import gc, json, multiprocessing as mp, sys
 def rss(key="VmRSS:"):  # VmHWM: this process's peak (ru_maxrss would count the parent's)
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key))
-import pandas, pyarrow.compute, pyarrow.parquet, robo_resume  # imports are not metadata
-gc.collect(); before = rss()
-meta = robo_resume.load_metadata(sys.argv[1])
-gc.collect(); after = rss()
-peak = rss("VmHWM:")
-print(json.dumps({"retained": after - before, "peak": peak - before, "n": meta.num_episodes}))
+def private():  # USS: this process's pages no other process maps (read once, not polled)
+    with open("/proc/self/smaps_rollup") as f:
+        return sum(int(l.split()[1]) * 1024 for l in f if l.startswith("Private_"))
+def start(ds, forkserver, q):  # what a DataLoader worker does first: locate its stream
+    from robo_resume.index.start import resume_point
+    sched = ds.schedule(8)
+    st = resume_point(sched, 10**6, infinite=True, rank=0).starts[3]
+    sched.locate(st.epoch, 3, st.position)
+    gc.collect()
+    q.put(rss() if forkserver else private())
+def idle(q):  # a forked worker that only collects: the imports' pages it dirties
+    gc.collect(); q.put(private())
+def bare(q):
+    import gc, robo_resume.dataset, robo_resume.index.start  # a worker with the imports only
+    gc.collect(); q.put(rss())
+def child(ctx, target, *args):
+    q = ctx.Queue(); p = ctx.Process(target=target, args=(*args, q)); p.start()
+    out = q.get(timeout=600); p.join(); return out
+if __name__ == "__main__":
+    import pandas, pyarrow.compute, pyarrow.parquet, torch, robo_resume  # imports are not data
+    from robo_resume import ChunkedEpisodeDataset
+    from robo_resume.format.arrow_columns import release_freed_memory
+    gc.collect(); before = rss()
+    meta = robo_resume.load_metadata(sys.argv[1])
+    gc.collect(); after = rss()
+    peak = rss("VmHWM:")
+    ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=32, meta=meta)
+    gc.collect(); plan = rss()
+    ds.share_schedule(8)  # what BatchLoader does before its 8 workers start
+    release_freed_memory(); gc.collect(); layout = rss()
+    forks = mp.get_context("fork")
+    fork = child(forks, start, ds, False) - child(forks, idle)
+    fs = mp.get_context("forkserver")
+    served = child(fs, start, ds, True) - child(fs, bare)
+    print(json.dumps({"retained": after - before, "peak": peak - before, "plan": plan - before,
+                      "layout": layout - before, "fork_worker_private": fork,
+                      "forkserver_worker": served, "n": meta.num_episodes}))
 """
 
 
 def metadata_memory(root: Path) -> dict[str, int] | None:
-    """RSS growth of a fresh process from ``load_metadata(root)`` (Linux only; else None)."""
+    """RSS growth of a fresh process from ``load_metadata(root)`` (``retained``, ``peak``),
+    then with the dataset constructed (``plan``) and its epoch layout shared for 8 workers
+    (``layout``); a forked worker's private memory (USS) and a forkserver worker's RSS beyond
+    one with the imports only, each after locating its stream at step 10^6 (Linux only; else
+    None)."""
     if not Path("/proc/self/status").is_file():
         return None
-    out = subprocess.run(
-        [sys.executable, "-c", _RSS_PROBE, str(root)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=dict(os.environ),
-        cwd=root,  # not the repository: "" on sys.path would shadow PYTHONPATH
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "rss_probe.py"  # a file: forkserver children import __main__
+        probe.write_text(_RSS_PROBE)
+        out = subprocess.run(
+            [sys.executable, str(probe), str(root)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ),
+            cwd=root,  # not the repository: "" on sys.path would shadow PYTHONPATH
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -110,6 +154,9 @@ def measure(
 
     t_plan = C.median_time(construct_with_meta, repeats, warmup=warmup)
     C.progress(f"{name}: ChunkedEpisodeDataset(meta=...) {C.fmt_time(t_plan)}")
+    t0 = time.perf_counter()
+    ds.fingerprint  # noqa: B018 (computed on first use: a fresh dataset's, once)
+    t_fingerprint = time.perf_counter() - t0
     chunks = len(ds.chunks)
     return {
         "dataset": name,
@@ -123,13 +170,30 @@ def measure(
         "load_metadata_s": t_load,
         "construct_s": t_construct,
         "construct_with_meta_s": t_plan,
+        "fingerprint_s": t_fingerprint,
         "load_per_episode_s": t_load / meta.num_episodes,
         "meta_rss_retained_bytes": rss["retained"] if rss else None,
         "meta_rss_peak_bytes": rss["peak"] if rss else None,
+        "plan_rss_bytes": rss["plan"] if rss else None,
+        "layout_rss_bytes": rss["layout"] if rss else None,
+        "fork_worker_private_bytes": rss["fork_worker_private"] if rss else None,
+        "forkserver_worker_bytes": rss["forkserver_worker"] if rss else None,
         "repeats": repeats,
     }
 
 
+PLAN_IMPORTS = (  # what `robo-resume plan` imports for a v3.0 dataset (no torch, no pandas)
+    "robo_resume.cli.plan",
+    "robo_resume.format.meta_v30",
+    "robo_resume.index.schedule",
+    "robo_resume.index.start",
+    "robo_resume.source",
+    "robo_resume.splits",
+    "robo_resume.state.records",
+    "robo_resume.stream.tuning",
+    "pyarrow.compute",
+    "pyarrow.parquet",
+)
 PLAN_ARGS = ["--step", "1000000", "--batch-size", "32", "--num-workers", "8", "--world-size", "4"]
 
 
@@ -142,10 +206,11 @@ def _wall(cmd: list[str], cwd: Path) -> float:
 def plan_cli(root: Path, repeats: int) -> dict[str, Any]:
     """Wall time of ``robo-resume plan ROOT --step 1000000 --batch-size 32 --num-workers 8
     --world-size 4 --json`` in a fresh process (median and spread of ``repeats`` runs), and
-    beside it, alternating, of a process that only imports ``robo_resume.cli`` (the
-    interpreter, torch and the package: what no dataset size changes)."""
+    beside it, alternating, of a process that only imports what the command imports
+    (:data:`PLAN_IMPORTS`: the interpreter, numpy, pyarrow and the package; what no dataset
+    size changes)."""
     cli = [sys.executable, "-m", "robo_resume.cli", "plan", str(root), *PLAN_ARGS, "--json"]
-    imp = [sys.executable, "-c", "import robo_resume.cli"]
+    imp = [sys.executable, "-c", "import " + ", ".join(PLAN_IMPORTS)]
     runs, imports = [], []
     for _ in range(repeats):
         runs.append(_wall(cli, root))
@@ -237,8 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             "per episode",
             "construct(root)",
             "construct(meta=)",
-            "meta RSS",
-            "RSS peak",
+            "fingerprint",
         ],
         [
             [
@@ -252,18 +316,42 @@ def main(argv: list[str] | None = None) -> int:
                 C.fmt_time(r["load_per_episode_s"]),
                 C.fmt_time(r["construct_s"]),
                 C.fmt_time(r["construct_with_meta_s"]),
-                _mb(r["meta_rss_retained_bytes"]),
-                _mb(r["meta_rss_peak_bytes"]),
+                C.fmt_time(r["fingerprint_s"]),
             ]
             for r in rows
         ],
     )
+    mem = [r for r in rows if r["meta_rss_retained_bytes"] is not None]
+    if mem:
+        print()
+        print(
+            "Memory (RSS growth of a fresh process): metadata, its peak while loading, with the "
+            "plan (construct), with the epoch layout shared for 8 workers; per worker after "
+            "locating its stream: a forked worker's private memory (USS: the rest is shared "
+            "with the main process) beyond an idle forked worker's, a forkserver worker's RSS "
+            "beyond one with the imports only (its own copy of metadata, plan and layout)"
+        )
+        C.print_table(
+            ["dataset", "metadata", "peak", "+plan", "+layout", "fork worker", "forkserver"],
+            [
+                [
+                    r["dataset"],
+                    _mb(r["meta_rss_retained_bytes"]),
+                    _mb(r["meta_rss_peak_bytes"]),
+                    _mb(r["plan_rss_bytes"]),
+                    _mb(r["layout_rss_bytes"]),
+                    _mb(r["fork_worker_private_bytes"]),
+                    _mb(r["forkserver_worker_bytes"]),
+                ]
+                for r in mem
+            ],
+        )
     clis = [r for r in rows if r.get("plan_cli_s")]
     if clis:
         print()
         print(
             "robo-resume plan ROOT " + " ".join(PLAN_ARGS) + " --json: wall time of the command "
-            "(median and range), beside a process that only imports robo_resume.cli"
+            "(median and range), beside a process that only imports what it imports"
         )
         C.print_table(
             ["dataset", "plan CLI", "range", "import only", "CLI - import"],

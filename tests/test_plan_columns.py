@@ -158,3 +158,27 @@ def test_plan_columns_are_int32_when_they_fit_with_the_same_values_and_fingerpri
     sched = Schedule(plan, ScheduleConfig(seed=1, batch_size=4), Topology(2, 2))
     seg = sched.segments(0, 1)
     assert all(getattr(seg, k).dtype == np.int64 for k in ("episode_index", "start", "stop"))
+
+
+def test_epoch_layout_is_int32_below_2_31_frames_and_int64_past_it():
+    """The epoch's prefix sums take int32 while the plan's frames fit (half their memory) and
+    int64 past 2^31 frames, where a position past 2^31 is still located exactly."""
+    lengths = np.array([40, 17, 64, 5, 33] * 30)
+    spans = EpisodeSpans(np.arange(150), np.cumsum(lengths) - lengths, lengths)
+    small = Schedule(make_chunks(spans, 8), ScheduleConfig(seed=3, batch_size=4), Topology(1, 2))
+    perm, offsets = small._epoch_layout(0)
+    assert perm.dtype == np.int32 and offsets.dtype == np.int32
+    assert offsets[-1] == lengths.sum() and np.array_equal(
+        np.diff(offsets), small.chunks.lengths[perm]
+    )
+
+    n, episode = 5, 2**29  # 5 episodes of 2^29 frames: 2.7x10^9 frames in 40 chunks of 2^26
+    spans = EpisodeSpans(np.arange(n), np.arange(n) * episode, np.full(n, episode))
+    config = ScheduleConfig(batch_size=1, interleave=1, shuffle=False)
+    big = Schedule(make_chunks(spans, 2**26), config, Topology(1, 0))
+    assert big._epoch_layout(0)[1].dtype == np.int64
+    position = 2**31 + 12345  # in chunk 32 (episode 4, its first chunk), frame 12345
+    where = big.locate(0, 0, position)
+    seg = big.group(0, 0, where.group).segments[0]
+    assert (seg.chunk_id, seg.episode_index, seg.start + where.done[0]) == (32, 4, 12345)
+    assert seg.dataset_from_index == 4 * episode

@@ -110,3 +110,15 @@ def test_a_pickled_schedule_carries_the_shared_layout_and_nothing_else():
             want = fresh.frame_indices(epoch, g)
             assert np.array_equal(copy.frame_indices(epoch, g), want)
     assert copy._layout[0] == 5  # one layout at a time
+
+
+def test_the_dataset_keeps_its_episode_selection_as_an_array(root):
+    """``ds.episodes`` is the tuple it always was, but the dataset (and every spawned worker's
+    copy of it) holds the selection as one int64 array, not one Python int per episode."""
+    ds = ChunkedEpisodeDataset(root, batch_size=4, episodes=[0, 2, 3, 5])
+    assert ds.episodes == (0, 2, 3, 5) and isinstance(ds.episodes, tuple)
+    assert all(type(e) is int for e in ds.episodes)
+    held = [v for v in vars(ds).values() if isinstance(v, tuple | list) and len(v) == 4]
+    assert not held, held
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.episodes == ds.episodes and copy.fingerprint == ds.fingerprint

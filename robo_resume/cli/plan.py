@@ -32,7 +32,8 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
     check_resume_step(args.step * args.batch_size, args.batch_size)
     tuning = StreamTuning()
     meta = load_metadata(src.root).select(src.selection())
-    spans = EpisodeSpans(*meta.spans(select_episodes(meta, src.episodes)))
+    every = src.episodes is None  # all episodes: the metadata's columns as they are
+    spans = EpisodeSpans(*meta.spans(None if every else select_episodes(meta, src.episodes)))
     config = ScheduleConfig(
         seed=args.seed,
         batch_size=args.batch_size,
