@@ -139,3 +139,18 @@ def test_v21_template_that_is_not_text_is_named(tmp_path, key, value):
     what = "data" if key == "data_path" else "video"
     with pytest.raises(DatasetFormatError, match=rf"{what} template cannot be filled.*info\.json"):
         load_metadata(root)
+
+
+def test_v21_chunks_size_beyond_int64_loads_as_the_row_by_row_path(tmp_path, monkeypatch):
+    """chunks_size = 2**64 (valid: every episode in chunk 0) loads as the row-by-row path loads
+    it (the printf fast path divided in int64 and raised OverflowError; found by test_fuzz)."""
+    root = make_dataset(tmp_path / "ds", version="v2.1", episode_lengths=(3, 2), num_cameras=1).root
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["chunks_size"] = 2**64
+    info_path.write_text(json.dumps(info))
+    fast = load_metadata(root)
+    with monkeypatch.context() as m:
+        _slow(m)
+        slow = load_metadata(root)
+    assert fast.columns == slow.columns

@@ -217,8 +217,8 @@ def _printf_paths(
     data_fmt = _printf(data_tpl, None)
     if data_fmt is None or any(f is None for f in fmts.values()) or not len(ep):
         return None
-    if int(ep.min()) < 0:
-        return None
+    if int(ep.min()) < 0 or chunks_size >= 2**62:
+        return None  # what numpy cannot divide by as int64: format_map's path takes it
     values = {"episode_chunk": (ep // chunks_size).tolist(), "episode_index": ep.tolist()}
 
     def fill(fmt: str, order: tuple[str, ...]) -> list[str] | None:
