@@ -200,3 +200,28 @@ def test_plan_size_is_bounded_before_allocating():
         rf"{4 * 2**27} chunks.*episode 0.*Fix: check the episode lengths",
     ):
         make_chunks(spans, 1)
+
+
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+def test_frame_task_not_listed_by_its_episode(copy, version):
+    """A frame whose task_index is a valid task of the dataset but not one its episode's
+    metadata lists is refused (it was read as that other task; found by test_fuzz's long run)."""
+    root = copy(episode_lengths=(5, 7, 4), version=version)
+    meta = load_metadata(root)
+    ep = meta.episodes[0]
+    assert len(meta.tasks) > 1 and len(ep.tasks) == 1  # another valid task exists
+    other = next(i for i, t in enumerate(meta.tasks) if t not in ep.tasks)
+    path = root / ep.data_path
+    df = pd.read_parquet(path)
+    row = int(df.index[(df.episode_index == 0) & (df.frame_index == 2)][0])
+    df.loc[row, "task_index"] = other
+    df.to_parquet(path)
+    message = (
+        rf"task_index' names a task that its episode's metadata does not list.*"
+        rf"{ep.data_path}.*episode 0.*frame 2"
+    )
+    with pytest.raises(MetadataMismatchError, match=message):
+        LeRobotReader(root)[2]
+    ds = ChunkedEpisodeDataset(root, batch_size=4, episodes=[0])
+    with pytest.raises(MetadataMismatchError, match=message):
+        next(iter(ds.dataloader(num_workers=0)))

@@ -70,6 +70,21 @@ class ItemBuilder:
         state["_videos_checked"] = set()
         return state
 
+    def episode_task_indices(self, ep: EpisodeInfo) -> np.ndarray | None:
+        """The ``task_index`` values ``ep``'s metadata lists (its ``tasks`` strings looked up
+        in ``meta.tasks``), or None when it lists none or one that ``meta.tasks`` lacks (then
+        nothing can be checked against it)."""
+        if not ep.tasks:
+            return None
+        lookup = self.__dict__.get("_task_lookup")
+        if lookup is None:
+            lookup = {task: i for i, task in enumerate(self.meta.tasks)}
+            self._task_lookup = lookup
+        found = [lookup.get(task) for task in ep.tasks]
+        if any(i is None for i in found):
+            return None
+        return np.asarray(found, dtype=np.int64)
+
     def table(self, ep: EpisodeInfo) -> ParquetTable:
         """The (cached) parquet table holding ``ep``'s rows, its row count checked once."""
         t = self._tables.get(ep.data_path)

@@ -83,6 +83,24 @@ class EpisodeRangeReader:
                         fix="the dataset is inconsistent; download it again or rebuild meta/",
                     )
                 )
+            listed = self.builder.episode_task_indices(ep)
+            bad = np.flatnonzero(~np.isin(tasks, listed)) if listed is not None else bad
+            if bad.size:
+                k = int(bad[0])
+                names = self.builder.meta.tasks
+                raise MetadataMismatchError(
+                    describe(
+                        "The data file's 'task_index' names a task that its episode's metadata "
+                        "does not list",
+                        expected=f"task_index in {sorted(set(listed.tolist()))} "  # type: ignore[union-attr]
+                        f"(meta/ lists the episode's tasks {list(ep.tasks)!r})",
+                        found=f"task_index={int(tasks[k])} ({names[int(tasks[k])]!r})",
+                        file=path,
+                        episode=ep.episode_index,
+                        frame=self.lo + k,
+                        fix="the dataset is inconsistent; download it again or rebuild meta/",
+                    )
+                )
         for col, expected in (
             ("episode_index", np.full(self.hi - self.lo, ep.episode_index)),
             ("index", np.arange(ep.dataset_from_index + self.lo, ep.dataset_from_index + self.hi)),
