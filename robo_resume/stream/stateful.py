@@ -1,11 +1,9 @@
 """``dataset.dataloader(stateful=True)``: torchdata's StatefulDataLoader over whole batches.
 
 A plain ``StatefulDataLoader(dataset, batch_size=B)`` works (the dataset speaks its
-``state_dict()`` / ``load_state_dict()`` protocol) but is slow and checks late:
+``state_dict()`` / ``load_state_dict()`` protocol) and, since its items collate back into the
+batch they came from (:mod:`robo_resume.items.rows`), is about as fast, but it checks late:
 
-* speed: its workers yield items one by one and torch's ``default_collate`` stacks them; this
-  loader's workers build whole batches column by column (:meth:`iter_batches`), as
-  :class:`~robo_resume.stream.loader.BatchLoader` does;
 * checks: torchdata asserts on a state saved with another ``num_workers`` before the dataset
   sees it (a bare ``AssertionError``, e.g. "State doesn't contain key '_snapshot'"). This
   loader's :meth:`StatefulBatchLoader.load_state_dict` checks every worker's state in the main
