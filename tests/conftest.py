@@ -127,10 +127,11 @@ def _stats_file(pid: int) -> Path:
 def pytest_collection_modifyitems(config, items):
     """Run the files with tests marked ``slow(seconds)`` first, their longest tests first.
 
-    pytest-xdist hands the first quarter of the tests out one by one, alternating between its
-    processes: with the long subprocess tests (lerobot-train, torchrun, examples) at the front,
-    they spread over both processes, and the run does not end with one process still inside a
-    minute-long test while the other idles. A file's tests stay together (its module fixtures
+    scripts/test runs pytest-xdist with ``--dist worksteal``: each process starts on its half
+    of this order and an idle one takes the other's pending tests from the back. With the long
+    subprocess tests (lerobot-train, torchrun, examples) at the front, what is left to take at
+    the end is short, and the run does not end with one process still inside a minute-long
+    test while the other idles. A file's tests stay together (its module fixtures
     are built once per process); files are ordered by their longest test, longest first. The
     estimate is the test's time measured here. The order changes how the tests are spread over
     processes, never what a test checks.
