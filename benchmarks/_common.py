@@ -171,6 +171,17 @@ def progress(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
+def factory_once(root: Path, label: str, **kwargs: Any) -> Path:
+    """``root``, holding the factory dataset ``make_dataset(root, fps=30, episodes_per_file=5,
+    **kwargs)``: written on the first call (announced with ``label``), reused after that."""
+    from robo_resume.testing import make_dataset
+
+    if not (root / "meta" / "info.json").is_file():
+        progress(f"writing factory dataset {label} to {root}")
+        make_dataset(root, fps=30, episodes_per_file=5, overwrite=True, **kwargs)
+    return root
+
+
 def write_synthetic_meta(
     root: str | Path,
     episode_lengths: Sequence[int],

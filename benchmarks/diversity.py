@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import describe_machine, machine, print_table, progress, write_json
+from _common import describe_machine, factory_once, machine, print_table, progress, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
@@ -264,23 +264,14 @@ def measure(
 def factory_root(data_dir: Path, quick: bool) -> Path:
     """Write (once) the factory dataset: 10 episodes of 300 frames (quick: 6 of 120, no
     cameras: written in a second)."""
-    from robo_resume.testing import make_dataset
-
-    lengths = (120,) * 6 if quick else (300,) * 10
-    root = data_dir / f"diversity{'-quick' if quick else ''}"
-    if not (root / "meta" / "info.json").is_file():
-        progress(f"writing the factory dataset to {root}")
-        make_dataset(
-            root,
-            episode_lengths=lengths,
-            num_cameras=0 if quick else 2,
-            height=96,
-            width=96,
-            fps=30,
-            episodes_per_file=5,
-            overwrite=True,
-        )
-    return root
+    return factory_once(
+        data_dir / f"diversity{'-quick' if quick else ''}",
+        "(diversity)",
+        episode_lengths=(120,) * 6 if quick else (300,) * 10,
+        num_cameras=0 if quick else 2,
+        height=96,
+        width=96,
+    )
 
 
 def _fmt(x: float) -> str:

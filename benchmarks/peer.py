@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import describe_machine, machine, print_table, progress, write_json
+from _common import describe_machine, factory_once, machine, print_table, progress, write_json
 from throughput import BATCH, FACTORY, OPEN50, OPEN50_WITH_VIDEO, REPO, Case, factory_root
 
 WORKERS = 2
@@ -67,21 +67,13 @@ PEER_START = "spawn"  # lerobot 0.6.1 TrainPipelineConfig.dataloader_multiproces
 
 def quick_factory_root(data_dir: Path) -> Path:
     """(b) in small for ``--quick``: 4 episodes of 64 frames (written once to ``data_dir``)."""
-    from robo_resume.testing import make_dataset
-
-    root = data_dir / "b-peer-quick"
-    if not (root / "meta" / "info.json").is_file():
-        progress(f"writing factory dataset (b) 224x224, 2 cams, AV1 gop 2 to {root}")
-        make_dataset(
-            root,
-            episode_lengths=(64,) * 4,
-            num_cameras=2,
-            fps=30,
-            episodes_per_file=5,
-            overwrite=True,
-            **FACTORY["b"],
-        )
-    return root
+    return factory_once(
+        data_dir / "b-peer-quick",
+        "(b) 224x224, 2 cams, AV1 gop 2",
+        episode_lengths=(64,) * 4,
+        num_cameras=2,
+        **FACTORY["b"],
+    )
 
 
 def describe(case: Case) -> str:

@@ -47,7 +47,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import describe_machine, machine, print_table, progress, write_json
+from _common import describe_machine, factory_once, machine, print_table, progress, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
@@ -75,22 +75,13 @@ TARGETS = {  # dataset -> (min robo_resume/lerobot, min robo_resume/ceiling)
 
 def factory_root(name: str, data_dir: Path, quick: bool) -> Path:
     """Write (once) and return the factory dataset ``name`` under ``data_dir``."""
-    from robo_resume.testing import make_dataset
-
-    lengths = (120,) * 6 if quick else (300,) * 20
-    root = data_dir / f"{name}{'-quick' if quick else ''}"
-    if not (root / "meta" / "info.json").is_file():
-        progress(f"writing factory dataset ({name}) {DESCRIPTION[name]} to {root}")
-        make_dataset(
-            root,
-            episode_lengths=lengths,
-            num_cameras=2,
-            fps=30,
-            episodes_per_file=5,
-            overwrite=True,
-            **FACTORY[name],
-        )
-    return root
+    return factory_once(
+        data_dir / f"{name}{'-quick' if quick else ''}",
+        f"({name}) {DESCRIPTION[name]}",
+        episode_lengths=(120,) * 6 if quick else (300,) * 20,
+        num_cameras=2,
+        **FACTORY[name],
+    )
 
 
 class Case:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -43,7 +42,7 @@ from .items import ItemBuilder, ItemOptions
 from .items.names import check_renames, dataset_keys, renamed
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .source import DataSource, as_source
-from .splits import select_episodes
+from .splits import selected_episode_array
 from .state.fingerprint import expected_for, value_hash
 from .state.records import check_resume_step
 from .state.resume import MAX_WORKERS, ResumeState
@@ -187,16 +186,8 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             )
         self.meta = (meta if meta is not None else load_metadata(src.root)).select(features)
         self.renames = check_renames(self.meta, src.renames())
-        # The selection as a read-only int64 array: 8 MB at 10^6 episodes, where a tuple of
-        # Python ints takes about 40 MB, in the main process and in every spawned worker. All
-        # episodes: the metadata's own sorted column (no copy, no lookup).
         every = src.episodes is None
-        self._episodes = (
-            self.meta.episode_indices
-            if every
-            else np.asarray(select_episodes(self.meta, src.episodes), dtype=np.int64)
-        )
-        self._episodes.flags.writeable = False
+        self._episodes = selected_episode_array(self.meta, src.episodes)
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = drop_last

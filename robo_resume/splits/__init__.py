@@ -47,6 +47,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..errors import describe
 from .seeded import PURPOSE, Split, split_episodes, split_sizes
 from .slices import EpisodeSlice, parse_selection, resolve_selection
@@ -106,3 +108,14 @@ def select_episodes(meta: DatasetMeta, episodes: EpisodeSelection) -> tuple[int,
     if not chosen:
         raise ValueError(describe("episodes= is empty", expected="at least one episode index"))
     return tuple(chosen)
+
+
+def selected_episode_array(meta: DatasetMeta, episodes: EpisodeSelection) -> np.ndarray:
+    """:func:`select_episodes` as a read-only int64 array: 8 MB at 10^6 episodes, where a
+    tuple of Python ints takes about 40 MB in every process that holds it. ``None`` (all
+    episodes) returns the metadata's own sorted column, without a copy or a lookup."""
+    if episodes is None:
+        return meta.episode_indices
+    out = np.asarray(select_episodes(meta, episodes), dtype=np.int64)
+    out.flags.writeable = False
+    return out
