@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -173,47 +174,10 @@ def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
     )
 
 
-@pytest.mark.slow(28)
-def test_elastic_resume_other_workers_and_batch_size(data):
-    """Resume with other --num_workers and --batch_size: the epoch's frames exactly once."""
-    base, root, _, _ = data
-    out = base / "elastic"
-    log = base / "elastic.idx"
-    common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}", "--seed=5"]
-    train(
-        [
-            *common,
-            "--batch_size=4",
-            "--num_workers=2",
-            "--steps=6",
-            "--save_freq=6",
-            "--dataloader_multiprocessing_context=fork",
-            f"--output_dir={out}",
-        ],
-        log,
-    )
-    # 24 of 128 frames consumed; the remainder (104 frames) in batches of 8 with 1 worker
-    _, text = train(
-        [
-            *common,
-            "--batch_size=8",
-            "--num_workers=1",
-            "--steps=19",
-            "--save_freq=100",
-            f"--output_dir={out}",
-            *resume_args(out),
-        ],
-        log,
-    )
-    assert "Resuming from" in text
-    entries = [idx for _, idx in steps_of(log)]
-    assert [len(e) for e in entries[:6]] == [4] * 6 and len(entries[6]) == 8
-    epoch_frames_exactly_once(entries, 128)
-
-
 @pytest.mark.slow(46)
-def test_two_processes_under_accelerate_then_one(data):
-    """2 CPU processes under accelerate (loader not prepared), then resumed with 1 process."""
+def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_size(data):
+    """2 CPU processes under accelerate (loader not prepared, 2 workers each, batch 4), then
+    resumed elastically with 1 process, 1 worker and batch 8: the epoch's frames exactly once."""
     base, root, _, _ = data
     out = base / "ddp"
     log = base / "ddp.idx"
@@ -222,8 +186,6 @@ def test_two_processes_under_accelerate_then_one(data):
         "--dataset.repo_id=local/a",
         f"--dataset.root={root}",
         "--seed=2",
-        "--batch_size=4",
-        "--num_workers=1",
         "--dataloader_multiprocessing_context=fork",
     ]
     cmd = [
@@ -231,7 +193,8 @@ def test_two_processes_under_accelerate_then_one(data):
         # gloo. accelerate's --cpu launcher would start a single process.
         str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes=2", "--num_machines=1",
         "--mixed_precision=no", "--dynamo_backend=no", "-m", "robo_resume.cli", "train",
-        *common, "--steps=5", "--save_freq=5", f"--output_dir={out}",
+        *common, "--batch_size=4", "--num_workers=2", "--steps=5", "--save_freq=5",
+        f"--output_dir={out}",
     ]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(log), timeout=300)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
@@ -243,30 +206,42 @@ def test_two_processes_under_accelerate_then_one(data):
     state = json.loads(
         (ckpt(out, 5) / "training_state" / "robo_resume" / "data_state.json").read_text()
     )
-    assert state["world_size"] == 2 and len(state["cursors"]) == 2  # both ranks' cursors
-    # one process finishes the interrupted epoch: 128 - 40 = 88 frames in 22 batches of 4
-    train([*common, "--steps=27", "--save_freq=100", f"--output_dir={out}",
-           *resume_args(out)], log)  # fmt: skip
+    assert state["world_size"] == 2 and len(state["cursors"]) == 4  # 2 ranks x 2 workers
+    # one process, one worker, batch 8 finishes the interrupted epoch: 128 - 40 = 88 frames in
+    # 11 batches of 8
+    _, text = train([*common, "--batch_size=8", "--num_workers=1", "--steps=16",
+                     "--save_freq=100", f"--output_dir={out}", *resume_args(out)], log)  # fmt: skip
+    assert "Resuming from" in text
     rest = [idx for s, idx in steps_of(log, 0) if s > 5]
+    assert [len(idx) for idx in rest[:11]] == [8] * 11
     epoch_frames_exactly_once([idx for _, idx in r0] + [idx for _, idx in r1] + rest, 128)
 
 
 @pytest.mark.slow(34)
 def test_mix_of_two_datasets_resumes_per_source(data):
-    """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume."""
+    """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume.
+
+    The resumed run starts from a copy of the uninterrupted run's step-4 checkpoint (the same
+    files a run stopped after step 4 leaves; a kill mid-run is test_kill_resume_bit_identical's).
+    """
     base, a, b, _ = data
     common = [*TINY_ACT, "--dataset.repo_id=local/mix", f"--mix.roots={a},{b}",
               "--mix.weights=1,3", "--batch_size=4", "--num_workers=0", "--seed=4",
               "--save_freq=4"]  # fmt: skip
     ref, run = base / "mixref", base / "mixrun"
     train([*common, "--steps=8", f"--output_dir={ref}"], base / "mixref.idx")
-    train([*common, "--steps=4", f"--output_dir={run}"], base / "mixrun.idx")
+    shutil.copytree(ref, run, symlinks=True)
+    shutil.rmtree(ckpt(run, 8))
+    ckpt(run, "last").unlink()
+    ckpt(run, "last").symlink_to("000004")
     # resumed without the --mix flags: the checkpoint remembers the sources
     resumed = [a for a in common if not a.startswith("--mix.")]
     _, text = train([*resumed, "--steps=8", f"--output_dir={run}", *resume_args(run)],
                     base / "mixrun.idx")  # fmt: skip
-    assert "mix of 2 datasets" in text
-    assert steps_of(base / "mixrun.idx") == steps_of(base / "mixref.idx")
+    assert "mix of 2 datasets" in text and "Resuming from" in text
+    ref_steps = steps_of(base / "mixref.idx")
+    assert [s for s, _ in ref_steps] == list(range(1, 9))
+    assert steps_of(base / "mixrun.idx") == ref_steps[4:]
     final = "pretrained_model/model.safetensors"
     assert (ckpt(run, 8) / final).read_bytes() == (ckpt(ref, 8) / final).read_bytes()
 

@@ -2,16 +2,17 @@
 
 Two node groups of 2 processes each (4 ranks, gloo, 1 DataLoader worker per rank: 4 streams),
 rendezvous at 127.0.0.1 (node 0's address, as on a cluster). Each node reads its own copy of
-the dataset (the "local copy per node" layout); the checkpoint and logs are in one shared
-folder. The run is killed after step 5 (last checkpoint: step 3) and resumed with both nodes:
-every rank's trained batches equal the uninterrupted run's exactly, and the epoch holds every
-frame at most once over the 4 ranks.
+the dataset (the "local copy per node" layout): node 1 the copy given with ``--root``, node 0
+the one the example generates itself without ``--root`` (as in the README's single-node
+command, so this test also runs that path); the checkpoint and logs are in one shared folder.
+The run is killed after step 5 (last checkpoint: step 3) and resumed with both nodes: every
+rank's trained batches equal the uninterrupted run's exactly, and the epoch holds every frame
+at most once over the 4 ranks.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -32,8 +33,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _nodes(workdir: Path, roots: list[Path], *extra: str, ok: bool = True) -> list[str]:
-    """Run examples/ddp_train.py as NODES torchrun node groups; their outputs, node 0 first."""
+def _nodes(workdir: Path, roots: list[Path | None], *extra: str, ok: bool = True) -> list[str]:
+    """Run examples/ddp_train.py as NODES torchrun node groups; their outputs, node 0 first.
+
+    ``roots[node]``: that node's ``--root``, or None to let the example generate its dataset.
+    """
     port = _free_port()
     procs = []
     for node in range(NODES):
@@ -49,8 +53,7 @@ def _nodes(workdir: Path, roots: list[Path], *extra: str, ok: bool = True) -> li
             str(EXAMPLES / "ddp_train.py"),
             "--workdir",
             str(workdir),
-            "--root",
-            str(roots[node]),
+            *(["--root", str(roots[node])] if roots[node] is not None else []),
             *extra,
         ]
         procs.append(
@@ -91,11 +94,9 @@ def _steps(path: Path) -> dict[int, list[list[int]]]:
 @pytest.mark.slow(60)
 @pytest.mark.timeout(900)
 def test_two_nodes_crash_and_resume_exactly_on_every_rank(tmp_path):
-    data = tmp_path / "node0" / "dataset"
-    make_dataset(data, episode_lengths=(31, 44, 27, 38), num_cameras=1)
-    copy = tmp_path / "node1" / "dataset"
-    shutil.copytree(data, copy)  # node 1's local copy
-    roots = [data, copy]
+    copy = tmp_path / "node1" / "dataset"  # node 1's local copy of the example's dataset
+    make_dataset(copy, episode_lengths=(31, 44, 27, 38), num_cameras=1)
+    roots = [None, copy]  # node 0: the example generates its own (in each workdir)
     full, crash = tmp_path / "full", tmp_path / "crash"
     full.mkdir()
     crash.mkdir()
