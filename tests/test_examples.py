@@ -64,6 +64,13 @@ def test_stateful_dataloader_example():
     assert "identical to the uninterrupted run: True" in r.stdout
 
 
+def test_uint8_on_device_example(tmp_path):
+    r = run(EXAMPLES / "uint8_on_device.py", "--workdir", tmp_path, "--num-workers", "2",
+            "--batches", "8")  # fmt: skip
+    assert "identical to image_dtype='float32': True" in r.stdout, r.stdout
+    assert "MiB as uint8" in r.stdout
+
+
 def test_lerobot_policy_example():
     r = run(EXAMPLES / "lerobot_policy.py", "--steps", "3", "--num-workers", "1")
     assert "trained ACT for 3 steps" in r.stdout
