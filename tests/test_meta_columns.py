@@ -386,4 +386,3 @@ def test_dataset_fingerprint_equals_the_per_episode_one(factory, name):
     got = [fp["dataset"], fp["episodes"], plan_fingerprint(ds.chunks)[:16], fp["total_frames"]]
     got += [fp["about"]["episodes"], fp["about"]["dataset"].split(" ", 1)[1]]
     assert got == GOLDEN_DATASET[name]
-
