@@ -25,7 +25,7 @@ import pytest
 import torch
 from torch.utils.data import get_worker_info
 
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, MixedDataset, MixSource
 from robo_resume.audit import consume
 from robo_resume.stream import shared_arrays
 from robo_resume.stream.shared_arrays import SharedArrays, shared_mapping
@@ -255,3 +255,12 @@ def test_a_worker_keeps_its_mapping_when_the_training_process_drops_its_own(root
         return out
 
     assert run("forkserver", drop=True) == run("fork", drop=False)
+
+
+def test_a_mix_sends_each_source_s_arrays_through_shared_memory(root, share_all):
+    mix = MixedDataset([MixSource(root, 1.0), MixSource(root, 2.0)], batch_size=4)
+    copy, _ = _for_worker(mix)
+    for got, want in zip(copy.datasets, mix.datasets, strict=True):
+        for name, a in _big_arrays(got).items():
+            assert shared_mapping(a) is not None, name
+            assert np.array_equal(a, _big_arrays(want)[name]), name
