@@ -16,10 +16,17 @@ episodes one timed run each, no warm-up: the old per-episode code takes minutes 
 - memory (full runs): resident memory (RSS) of a fresh process after ``load_metadata`` minus
   before it (``retained``), its peak while loading (``peak``), then with the dataset
   constructed (``+plan``) and its epoch layout shared for 8 workers (``+layout``); and per
-  worker, after locating its stream at step 10^6: a forked worker's private memory (USS, read
-  once from ``/proc/self/smaps_rollup``; the rest it shares with the main process) beyond a
-  forked worker that only runs the garbage collector (which dirties the imports' pages), and a
-  forkserver worker's RSS beyond a forkserver worker with the imports only (its own copy).
+  worker, after locating its stream at step 10^6, its private memory (USS: the pages no other
+  process maps, from ``/proc/self/smaps_rollup`` read once; what the machine gets back when the
+  worker exits): a forked worker's beyond a forked worker that only runs the garbage collector
+  (which dirties the imports' pages), and a forkserver and a spawn worker's beyond one of the
+  same start method with the imports only. Spawn and forkserver workers map the metadata,
+  plan and layout arrays from memory files the training process made for them
+  (``robo_resume.stream.shared_arrays``); those pages exist once on the machine, whatever the
+  number of workers: the training process's shared memory (``RssShmem``) is printed beside
+  (``main shm``), after the first workers and after 3 later epochs' workers (flat). The JSON
+  also has each worker's PSS (the shared pages divided among the processes that map them),
+  RSS and the shared pages it touched.
 
 Datasets: synthetic v3.0 ``meta/`` folders with 10^4 episodes (and 10^3, 10^5, 10^6 in full
 runs), written with the factory's columns (two cameras, per-episode stats) but without data or
@@ -68,24 +75,28 @@ import gc, json, multiprocessing as mp, sys
 def rss(key="VmRSS:"):  # VmHWM: this process's peak (ru_maxrss would count the parent's)
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key))
-def private():  # USS: this process's pages no other process maps (read once, not polled)
+def smaps():  # read once, not polled: USS (Private_*), PSS, and the shared memory it maps
     with open("/proc/self/smaps_rollup") as f:
-        return sum(int(l.split()[1]) * 1024 for l in f if l.startswith("Private_"))
-def start(ds, forkserver, q):  # what a DataLoader worker does first: locate its stream
+        kb = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in f if l.rstrip().endswith("kB")}
+    uss = kb["Private_Clean"] + kb["Private_Dirty"]
+    return {"uss": uss, "pss": kb["Pss"], "rss": kb["Rss"], "shm": rss("RssShmem:")}
+def start(ds, q):  # what a DataLoader worker does first: locate its stream
     from robo_resume.index.start import resume_point
     sched = ds.schedule(8)
     st = resume_point(sched, 10**6, infinite=True, rank=0).starts[3]
     sched.locate(st.epoch, 3, st.position)
     gc.collect()
-    q.put(rss() if forkserver else private())
+    q.put(smaps())
 def idle(q):  # a forked worker that only collects: the imports' pages it dirties
-    gc.collect(); q.put(private())
+    gc.collect(); q.put(smaps())
 def bare(q):
     import gc, robo_resume.dataset, robo_resume.index.start  # a worker with the imports only
-    gc.collect(); q.put(rss())
+    gc.collect(); q.put(smaps())
 def child(ctx, target, *args):
     q = ctx.Queue(); p = ctx.Process(target=target, args=(*args, q)); p.start()
     out = q.get(timeout=600); p.join(); return out
+def beyond(a, b):
+    return {k: a[k] - b[k] for k in a}
 if __name__ == "__main__":
     import pandas, pyarrow.compute, pyarrow.parquet, torch, robo_resume  # imports are not data
     from robo_resume import ChunkedEpisodeDataset
@@ -99,21 +110,30 @@ if __name__ == "__main__":
     ds.share_schedule(8)  # what BatchLoader does before its 8 workers start
     release_freed_memory(); gc.collect(); layout = rss()
     forks = mp.get_context("fork")
-    fork = child(forks, start, ds, False) - child(forks, idle)
+    fork = beyond(child(forks, start, ds), child(forks, idle))
+    out = {"retained": after - before, "peak": peak - before, "plan": plan - before,
+           "layout": layout - before, "fork_worker": fork, "n": meta.num_episodes}
+    for method in ("forkserver", "spawn"):
+        ctx = mp.get_context(method)
+        out[method + "_worker"] = beyond(child(ctx, start, ds), child(ctx, bare))
+    out["shared"] = [rss("RssShmem:")]  # the main process's memory files (spawn, forkserver)
     fs = mp.get_context("forkserver")
-    served = child(fs, start, ds, True) - child(fs, bare)
-    print(json.dumps({"retained": after - before, "peak": peak - before, "plan": plan - before,
-                      "layout": layout - before, "fork_worker_private": fork,
-                      "forkserver_worker": served, "n": meta.num_episodes}))
+    for epoch in (1, 2, 3):  # later epochs, each with new workers: their layouts replace it
+        ds._slots[0, :2] = torch.tensor([epoch, 1])  # what the loader's next iteration sets
+        ds.share_schedule(8)
+        child(fs, start, ds)
+        gc.collect(); out["shared"].append(rss("RssShmem:"))
+    print(json.dumps(out))
 """
 
 
 def metadata_memory(root: Path) -> dict[str, int] | None:
     """RSS growth of a fresh process from ``load_metadata(root)`` (``retained``, ``peak``),
     then with the dataset constructed (``plan``) and its epoch layout shared for 8 workers
-    (``layout``); a forked worker's private memory (USS) and a forkserver worker's RSS beyond
-    one with the imports only, each after locating its stream at step 10^6 (Linux only; else
-    None)."""
+    (``layout``); per start method (``fork_worker``, ``forkserver_worker``, ``spawn_worker``)
+    a worker's ``uss``, ``pss``, ``rss`` and ``shm`` beyond a worker without the dataset, after
+    locating its stream at step 10^6; the main process's shared memory after the first workers
+    and after each of 3 later epochs' (``shared``). Linux only; else None."""
     if not Path("/proc/self/status").is_file():
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,8 +196,13 @@ def measure(
         "meta_rss_peak_bytes": rss["peak"] if rss else None,
         "plan_rss_bytes": rss["plan"] if rss else None,
         "layout_rss_bytes": rss["layout"] if rss else None,
-        "fork_worker_private_bytes": rss["fork_worker_private"] if rss else None,
-        "forkserver_worker_bytes": rss["forkserver_worker"] if rss else None,
+        "fork_worker_uss_bytes": rss["fork_worker"]["uss"] if rss else None,
+        "forkserver_worker_uss_bytes": rss["forkserver_worker"]["uss"] if rss else None,
+        "spawn_worker_uss_bytes": rss["spawn_worker"]["uss"] if rss else None,
+        "workers": {k: rss[k] for k in ("fork_worker", "forkserver_worker", "spawn_worker")}
+        if rss
+        else None,
+        "main_shared_bytes_by_epoch": rss["shared"] if rss else None,
         "repeats": repeats,
     }
 
@@ -327,12 +352,23 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "Memory (RSS growth of a fresh process): metadata, its peak while loading, with the "
             "plan (construct), with the epoch layout shared for 8 workers; per worker after "
-            "locating its stream: a forked worker's private memory (USS: the rest is shared "
-            "with the main process) beyond an idle forked worker's, a forkserver worker's RSS "
-            "beyond one with the imports only (its own copy of metadata, plan and layout)"
+            "locating its stream, its private memory (USS) beyond a worker of the same start "
+            "method without the dataset (spawn and forkserver workers map the arrays from "
+            "shared memory); the main process's shared memory after the first workers' start "
+            "and after 3 later epochs' workers"
         )
         C.print_table(
-            ["dataset", "metadata", "peak", "+plan", "+layout", "fork worker", "forkserver"],
+            [
+                "dataset",
+                "metadata",
+                "peak",
+                "+plan",
+                "+layout",
+                "fork worker",
+                "forkserver worker",
+                "spawn worker",
+                "main shm",
+            ],
             [
                 [
                     r["dataset"],
@@ -340,8 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                     _mb(r["meta_rss_peak_bytes"]),
                     _mb(r["plan_rss_bytes"]),
                     _mb(r["layout_rss_bytes"]),
-                    _mb(r["fork_worker_private_bytes"]),
-                    _mb(r["forkserver_worker_bytes"]),
+                    _mb(r["fork_worker_uss_bytes"]),
+                    _mb(r["forkserver_worker_uss_bytes"]),
+                    _mb(r["spawn_worker_uss_bytes"]),
+                    " / ".join(_mb(x) for x in r["main_shared_bytes_by_epoch"]),
                 ]
                 for r in mem
             ],

@@ -51,6 +51,7 @@ from .stream.front import batch_loader
 from .stream.loader import _Batches
 from .stream.positions import _Positions
 from .stream.reading import _Reading
+from .stream.shared_arrays import SharedArrays, reduce_for_worker
 from .stream.startup import _resolve_rank, worker_context
 from .stream.tuning import ON_ERROR, SKIP_ERRORS, StreamTuning
 from .tracker import CursorTracker
@@ -228,6 +229,25 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self._schedules: dict[int, Schedule] = {}
         self._loaded: dict[str, int] | None = None
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
+        self._shared = SharedArrays()  # large arrays for spawn/forkserver workers (__reduce_ex__)
+
+    # -- pickling ------------------------------------------------------------------------------
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled for a spawn or forkserver worker that is starting: the metadata columns, the
+        plan and the epoch layout go through shared memory, mapped read-only by the worker
+        instead of copied (:mod:`robo_resume.stream.shared_arrays`); any other pickling (a
+        file, ``copy``) is the usual self-contained one."""
+        shared = reduce_for_worker(self, self.__getstate__(), self._shared)
+        return shared if shared is not None else super().__reduce_ex__(protocol)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_shared", None)  # this process's shared-memory copies
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._shared = SharedArrays()
 
     @property
     def episodes(self) -> tuple[int, ...]:
@@ -349,7 +369,9 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         Linux), or :data:`WORKER_START_METHOD` when set. ``fork`` is safe also after this process
         decoded video or read parquet (inherited decoders are dropped in the worker, see
         ``robo_resume.format.video``) and starts fastest. ``spawn`` and ``forkserver`` workers
-        import the main script again and receive the dataset by pickle: a missing
+        import the main script again and receive the dataset by pickle (its metadata, plan and
+        epoch layout arrays as shared memory they map read-only, not a copy per worker:
+        :mod:`robo_resume.stream.shared_arrays`): a missing
         ``if __name__ == "__main__":``, an unpicklable transform or a function defined in a
         notebook raise :class:`~robo_resume.errors.WorkerStartError` before any worker starts
         (``robo_resume.workers``).

@@ -35,6 +35,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import WorkerStartError, describe
 
 __all__ = [
@@ -168,13 +170,20 @@ def _candidates(loader: Any) -> list[tuple[str, Any]]:
 
 
 class _ModulePickler(pickle.Pickler):
-    """A pickler that records the modules of the classes and functions it pickles by name."""
+    """A pickler that records the modules of the classes and functions it pickles by name.
+
+    A numpy array of numbers is pickled as an empty one of its dtype: it always pickles, and its
+    bytes are not what is checked (a dataset of 10^6 episodes holds about 200 MB of them, which
+    the check would copy before every spawn or forkserver start).
+    """
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.modules: set[str] = set()
 
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is np.ndarray and not obj.dtype.hasobject:
+            return np.empty, (0, obj.dtype)
         if isinstance(obj, (type, types.FunctionType)):
             module = getattr(obj, "__module__", None)
             if module:

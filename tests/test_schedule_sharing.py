@@ -122,3 +122,37 @@ def test_the_dataset_keeps_its_episode_selection_as_an_array(root):
     assert not held, held
     copy = pickle.loads(pickle.dumps(ds))
     assert copy.episodes == ds.episodes and copy.fingerprint == ds.fingerprint
+
+
+def test_a_mix_shares_each_source_s_layout_with_its_workers(root, tmp_path_factory, monkeypatch):
+    """A MixedDataset's loader shares every source's epoch layout too (``exhausted="stop"``:
+    each mix epoch plays one epoch of every source), after a resume as well; the frames are the
+    ones of a run whose workers computed their layouts themselves."""
+    from robo_resume.mix import MixedDataset, MixSource
+
+    other = make_dataset(
+        tmp_path_factory.mktemp("share_mix") / "ds", episode_lengths=(19, 27, 12, 33, 21)
+    ).root
+
+    def make(**k):
+        sources = [MixSource(root, 1), MixSource(other, 2)]
+        return MixedDataset(sources, batch_size=4, seed=5, chunk_frames=8, exhausted="stop", **k)
+
+    def run(epochs, stop_after=None, **k):
+        mix = make(**k)
+        tracker = mix.tracker()
+        loader = mix.dataloader(num_workers=2, multiprocessing_context="fork")
+        out = []
+        for _ in range(epochs):
+            for batch in loader:
+                out.append(tracker.consume(batch)["index"].tolist())
+                if len(out) == stop_after:
+                    return out, tracker.state_dict()
+        return out, None
+
+    full, _ = run(2)  # workers compute their layouts (nothing guarded yet)
+    before, state = run(2, stop_after=len(full) // 2 + 1)
+    _no_worker_layout(monkeypatch)
+    assert run(2)[0] == full
+    after, _ = run(1, resume_state=state)  # the rest of epoch 1
+    assert before + after == full

@@ -29,14 +29,15 @@ permutation), which locating a position needs; the plan's columns are gathered f
 rows only, or for all of them when :attr:`Schedule.segments` is asked (elastic resume).
 
 The epoch layout is computed once per epoch and shared: :meth:`Schedule.share_epoch`, which
-:class:`~robo_resume.stream.loader.BatchLoader` calls (through the dataset's
-``share_schedule``) in the main process before its workers start. Forked workers inherit it,
-spawned ones receive it with the pickled schedule (8 bytes per chunk while the frames are
-below 2^31: 40 MB at 10^6 episodes, 5x10^6 chunks, against 0.3-0.5 s of permutation per worker
-on 2 cores). A worker computes a layout itself only for the epochs it reaches on its own
-(persistent workers, infinite mode) or under a plain ``DataLoader(ds)``, which has no hook
-before its workers start. One layout is kept per process, the newest: memory stays flat across
-epochs.
+:class:`~robo_resume.stream.loader.BatchLoader` calls (through the dataset's or the mix's
+``share_schedule``) in the main process before its workers start. Forked workers inherit it, spawned
+ones receive it with the pickled schedule (8 bytes per chunk while the frames are below 2^31: 40 MB
+at 10^6 episodes, 5x10^6 chunks, against 0.3-0.5 s of permutation per worker on 2 cores; a dataset's
+spawn and forkserver workers map it from shared memory, see
+:mod:`robo_resume.stream.shared_arrays`). Its arrays are read-only. A worker computes a layout
+itself only for the epochs it reaches on its own (persistent workers, infinite mode) or under a
+plain ``DataLoader(ds)``, which has no hook before its workers start. One layout is kept per
+process, the newest: memory stays flat across epochs.
 """
 
 from __future__ import annotations
@@ -260,6 +261,8 @@ class Schedule:
             perm = perm.astype(np.int32)
         if self.total_frames < 2**31:  # 20 MB less at 10^6 episodes (3x10^8 frames); the
             offsets = offsets.astype(np.int32)  # positions asked are below it (Python ints)
+        for a in (perm, offsets):  # shared by the workers (pages or shared memory): never written
+            a.flags.writeable = False
         return perm, offsets
 
     def _rows_uncached(self, epoch: int, stream: int) -> tuple[np.ndarray, ...]:

@@ -90,6 +90,25 @@ class _MixOrder:
             return min(e for e, _, _ in starts)
         return int(self._slots[0, 0])
 
+    def share_schedule(self, num_workers: int) -> None:
+        """Compute each source's layout of the source epoch the next iteration starts in, here,
+        before the DataLoader's workers start (as
+        :meth:`~robo_resume.dataset.ChunkedEpisodeDataset.share_schedule` does for one
+        dataset): forked workers inherit them, spawn and forkserver workers map
+        them from shared memory, instead of each worker permuting every source's epoch. What
+        :class:`~robo_resume.stream.loader.BatchLoader` calls. A source epoch a worker reaches
+        on its own (``exhausted="cycle"``) it still computes itself; the frames are the same.
+        """
+        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            firsts = [min(role[2][i][0] for role in starts) for i in range(len(self.datasets))]
+        else:  # every role starts the next mix epoch, each source at its epoch of that number
+            firsts = [int(self._slots[0, 0])] * len(self.datasets)
+        for ds, epoch in zip(self.datasets, firsts, strict=True):
+            layout = ds.layout(num_workers)
+            if epoch != layout.epoch:  # a remainder epoch (elastic resume) has no layout to share
+                layout.schedule.share_epoch(epoch)
+
     def batches_per_epoch(self, num_workers: int) -> int | None:
         """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
         j = self.epoch_batches(0, num_workers)

@@ -2,5 +2,7 @@
 
 :mod:`.tuning` (the knobs), :mod:`.blocks` (reading blocks of frames into batches inside a
 worker), :mod:`.loader` (the DataLoader over whole batches and its epoch loop), :mod:`.startup`
-(worker processes, ranks). :class:`robo_resume.dataset.ChunkedEpisodeDataset` drives them.
+(worker processes, ranks), :mod:`.shared_arrays` (the dataset's large arrays, mapped by spawn
+and forkserver workers instead of copied). :class:`robo_resume.dataset.ChunkedEpisodeDataset`
+drives them.
 """

@@ -45,11 +45,13 @@ class _Positions:
 
     def share_schedule(self, num_workers: int) -> None:
         """Compute the layout of the epoch the next iteration starts in, here, before the
-        DataLoader's workers start: they inherit it (fork) or receive it with the dataset
-        (spawn, forkserver) instead of each computing it (about 0.3 s per worker at 10^6
-        episodes; :meth:`~robo_resume.index.schedule.Schedule.share_epoch`). What
-        :class:`~robo_resume.stream.loader.BatchLoader` calls per iteration; a remainder
-        epoch (elastic resume) has no layout to share. The frames are the same either way.
+        DataLoader's workers start: they inherit it (fork) or map it from shared memory with
+        the dataset's other large arrays (spawn, forkserver:
+        :mod:`robo_resume.stream.shared_arrays`) instead of each computing it (about 0.3 s and
+        40 MB per worker at 10^6 episodes;
+        :meth:`~robo_resume.index.schedule.Schedule.share_epoch`). What
+        :class:`~robo_resume.stream.loader.BatchLoader` calls per iteration; a remainder epoch
+        (elastic resume) has no layout to share. The frames are the same either way.
         """
         layout = self.layout(num_workers)
         if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
