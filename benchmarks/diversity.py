@@ -11,6 +11,9 @@ size, printed side by side:
   yields), W = 0 and 2, ``--n`` batches after ``--warmup`` (0: one whole epoch; lerobot:
   ``--lerobot-n`` batches after at most 2, it seeks and decodes frame by frame), median of
   ``--rounds`` rounds taken alternately (A, B, C, then C, B, A, ...), with min-max spread;
+- the frames/s table repeats, at its batch size (``--speed-batch``) and worker count, each
+  setting's distinct episodes per batch as a ratio to uniform sampling and its consecutive
+  pairs, so that speed and diversity are read on one row;
 - ``peak RSS``: the largest resident memory of the measuring process (its ``VmHWM``) and of its
   largest DataLoader worker (``ru_maxrss`` of the children), MB.
 
@@ -340,14 +343,19 @@ def run_case(name, root, episodes, args) -> dict:
         return out
     rows = []
     base = {w: statistics.median(m["fps"] for m in speed[w][timed[0]]) for w in speed}
+    div = speed_diversity(root, episodes, args, timed)
+    out["speed_diversity"] = div
     for w, runs in speed.items():
         for s, ms in runs.items():
             fps = [m["fps"] for m in ms]
             med = statistics.median(fps)
+            ratio, consec = div[s][f"w{w}"]
             rows.append(
                 [
                     s,
                     w,
+                    _fmt(ratio),
+                    _fmt(consec),
                     f"{med:,.0f}",
                     f"{min(fps):,.0f}-{max(fps):,.0f}",
                     f"{med / base[w]:.2f}",
@@ -361,8 +369,30 @@ def run_case(name, root, episodes, args) -> dict:
         f"\n## {name}: frames/s, {args.dtype}, batch {args.speed_batch}, {what} after "
         f"{args.warmup}, {args.rounds} rounds"
     )
-    headers = ["setting", "workers", "frames/s (median)", "min-max", "/default"]
-    print_table([*headers, "peak RSS MB", "worker peak RSS MB"], rows)
+    headers = ["setting", "workers", "episodes /uniform", "consec", "frames/s (median)"]
+    print_table([*headers, "min-max", "/default", "peak RSS MB", "worker peak RSS MB"], rows)
+    return out
+
+
+def speed_diversity(root, episodes, args, settings) -> dict:
+    """Per timed setting and worker count (``"w0"``, ``"w2"``): distinct episodes per batch as
+    a ratio to uniform sampling and consecutive pairs per batch, at the speed batch size (the
+    frames/s table's first columns)."""
+    b = args.speed_batch
+    ref = _dataset(root, episodes, b, DEFAULT)
+    uni = uniform_diversity(ref, args.epochs)
+    out = {}
+    for s in settings:
+        if s == LEROBOT:
+            lr = lerobot_diversity(root, episodes, b, args.epochs) if args.lerobot else None
+            d = (lr[0] / uni[0], lr[1]) if lr else (float("nan"), float("nan"))
+            out[s] = {f"w{w}": d for w in args.workers}
+            continue
+        ds = _dataset(root, episodes, b, s)
+        out[s] = {}
+        for w in args.workers:
+            d = schedule_diversity(ds, w, args.epochs)
+            out[s][f"w{w}"] = (d[0] / uni[0], d[1])
     return out
 
 

@@ -51,6 +51,10 @@ def test_diversity_benchmark_quick(tmp_path: Path) -> None:
     assert wide["w0"][0] > default["w0"][0] and wide["w0"][1] < default["w0"][1]
     for ref in ("uniform", "lerobot"):
         assert 1 <= res[ref][0] <= 16 and 0 <= res[ref][1] <= 15
+    for name, by_workers in case["speed_diversity"].items():  # beside frames/s, per row
+        ratio, consecutive = by_workers["w0"]
+        assert 0 < ratio <= 1.2 and 0 <= consecutive <= 15, name
+    assert "episodes /uniform" in proc.stdout
     (speed,) = case["speed"].values()
     assert set(speed) == {"default (interleave=4)", "interleave=32"}
     for runs in case["speed"].values():

@@ -3,8 +3,9 @@
 The default stays ``interleave=4``. A larger interleave opens more chunks per stream, so a
 batch mixes more episodes (about as many as uniform random sampling at ``6 * batch_size``);
 it keeps every frame exactly once per epoch and resumes exactly. With more open chunks than a
-batch has frames, a chunk decodes a few frames ahead per visit (stream/reading.py): the batches
-are the same as read frame by frame, and the default interleave never reads ahead.
+batch has frames, a chunk of small frames decodes a few frames ahead per visit
+(stream/reading.py): the batches are the same as read frame by frame; the default interleave
+and large frames never read ahead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 import robo_resume.stream.reading as reading
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.audit import consume
+from robo_resume.items.ranges import EpisodeRangeReader
 from robo_resume.testing import make_dataset
 
 
@@ -129,8 +131,33 @@ def test_the_default_interleave_never_reads_ahead(cams):
         assert ds._read_ahead(ds.config.interleave) == 1, batch_size
     ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=16, tuning=WIDE)
     assert ds._read_ahead(32) > 1
+    assert ds._read_ahead(8) > 1  # as many open chunks as a batch has frames
+    assert ds._read_ahead(7) == 1
     skip = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=16, tuning=WIDE, on_error="skip")
     assert skip._read_ahead(32) == 1
+
+
+def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
+    """Frames above READ_AHEAD_MAX_FRAME are never read ahead, however many chunks are open:
+    each is decoded into its batch, nothing beyond the batches' frames (read-ahead was measured
+    slower there, README "Batch diversity")."""
+    ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=8, tuning=WIDE, image_dtype="uint8")
+    assert len(ds.chunks) >= 32 and ds._read_ahead(32) > 1  # small frames: read ahead
+    frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys)
+    monkeypatch.setattr(reading, "READ_AHEAD_MAX_FRAME", frame - 1)
+    assert ds._read_ahead(32) == 1
+    calls = []
+    raw = EpisodeRangeReader.raw
+
+    def spy(self, frames, into=None):
+        calls.append((len(frames), into is not None))
+        return raw(self, frames, into)
+
+    monkeypatch.setattr(EpisodeRangeReader, "raw", spy)
+    got = sum(len(b["index"]) for b in ds.dataloader())
+    assert got == ds.batches_per_epoch(0) * 8
+    assert calls and all(direct for _, direct in calls)
+    assert sum(n for n, _ in calls) == got
 
 
 @pytest.mark.parametrize("ahead", ["block", 3])

@@ -53,6 +53,14 @@ PLAIN_LOADER_NOTE = (
 READ_AHEAD_BYTES = 256 << 20
 """Decoded frames a stream may hold ahead of its batches (see ``_Reading._read_ahead``)."""
 
+READ_AHEAD_MAX_FRAME = 256 << 10
+"""Largest frame (bytes, all cameras) read ahead. Read-ahead saves visits of a chunk and costs a
+copy of each frame held (a new array, copied into the batch later). Frames per CPU second
+against ``interleave=4``, batch 32, 0 workers, uint8, medians of 3-4 paired runs: 96x96 frames
+of 2 cameras (55 KB), 128 open chunks 0.94x with read-ahead and 0.70x without, 32 open 1.0x and
+0.66x; open50's 480x640 frames (900 KB), 128 open 0.77x with it and 0.81x without (batch 16,
+64 open: 0.88x and 1.0x)."""
+
 _DEFAULT_INTERLEAVE = StreamTuning().interleave  # no read-ahead up to this many open segments
 
 
@@ -395,18 +403,26 @@ class _Reading:
     def _read_ahead(self, open_segments: int) -> int:
         """Frames decoded per read of a segment when a block wants fewer (1: no read-ahead).
 
-        With more open segments than a batch has frames (a large ``StreamTuning.interleave``),
-        a batch takes about one frame from each: decoding a few frames per visit and keeping
-        the rest for the segment's next frames saves switching decoders, within
+        With at least as many open segments as a batch has frames (a large
+        ``StreamTuning.interleave``), a batch takes about one frame from each: decoding a few
+        frames per visit and keeping the rest for the segment's next frames saves visits, within
         :data:`READ_AHEAD_BYTES` per stream and at most ``block_frames``. Off up to the default
         interleave's number of open segments (4), whatever the batch size: the default reads
-        as without read-ahead. Off with ``on_error="skip"`` (a read must fail where it would
-        fail without read-ahead, to skip the same frames after a resume).
+        as without read-ahead. Off for frames (all cameras) above :data:`READ_AHEAD_MAX_FRAME`
+        (there it was measured slower than decoding each frame into the batch). Off with
+        ``on_error="skip"`` (a read must fail where it would fail without read-ahead, to skip
+        the same frames after a resume).
         """
-        if self.on_error == "skip" or open_segments <= max(self.batch_size, _DEFAULT_INTERLEAVE):
+        if (
+            self.on_error == "skip"
+            or open_segments < self.batch_size
+            or open_segments <= _DEFAULT_INTERLEAVE
+        ):
             return 1  # a batch takes several frames per open segment: decoded into the batch
         shapes = [self.items.camera_shape(c) for c in self.meta.camera_keys]
         frame = sum(int(np.prod(sh)) for sh in shapes if sh is not None) or 1
+        if frame > READ_AHEAD_MAX_FRAME:
+            return 1  # large frames: the copy of a frame held costs more than a visit saves
         per = READ_AHEAD_BYTES // (open_segments * frame)
         return int(max(1, min(self.tuning.block_frames, per)))
 
