@@ -91,18 +91,19 @@ print("starts", starts, "frames", checked)
 
 
 @pytest.mark.slow(46)
-def test_fork_after_decode_200_loader_starts(threaded_root, tmp_path):
-    """200 loaders forked from a process that decoded (frame threads mid-file) and read parquet.
+def test_fork_after_decode_120_loader_starts(threaded_root, tmp_path):
+    """120 loaders forked from a process that decoded (frame threads mid-file) and read parquet.
 
     Without the after-fork detach in robo_resume/format/video.py, the first loader's workers
     wait on the inherited decoder's threads, within the first 60 starts here (the loader's
-    timeout turns that into an error). One worker per start (two every tenth) keeps it short.
+    timeout turns that into an error): 120 starts are twice that. One worker per start (two every
+    tenth) keeps it short.
     """
     script = tmp_path / "fork_after_decode.py"
     script.write_text(FORK_AFTER_DECODE)
-    code, out, err = run_python([str(script), str(threaded_root), "200"], timeout=150)
+    code, out, err = run_python([str(script), str(threaded_root), "120"], timeout=150)
     assert code == 0, err[-3000:]
-    assert "starts 200 frames 880" in out
+    assert "starts 120 frames 528" in out
 
 
 NOTEBOOK = """
