@@ -158,14 +158,25 @@ def test_planar_decode_equals_rgb24(factory, codec):
     assert np.array_equal(chw, hwc.transpose(0, 3, 1, 2))
 
 
-def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch):
-    """If FFmpeg's planar conversion differs from rgb24 on the first frame, rgb24 is used."""
+@pytest.mark.parametrize("path_taken", ["direct", "copy"])
+def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, path_taken):
+    """If FFmpeg's planar conversion differs from rgb24 on the first frame, rgb24 is used:
+    on the direct conversion into the batch and on the convert-then-copy path."""
     import robo_resume.format.video as video
 
     ds = factory(codec="h264", gop=5, num_cameras=1, episode_lengths=(30,))
     path = next(ds.root.glob("videos/**/*.mp4"))
     monkeypatch.setattr(video, "_PLANAR_OK", {})
-    real = video.planar_rgb
+    real, direct = video.planar_rgb, video.convert_gbrp
+
+    def skewed_direct(frame, out):  # a swscale whose gbrp output is off by one
+        done = direct(frame, out)
+        out += np.uint8(1)
+        return done
+
+    monkeypatch.setattr(
+        video, "convert_gbrp", skewed_direct if path_taken == "direct" else lambda f, o: False
+    )
 
     def skewed(frame, out):  # an FFmpeg whose gbrp output is off by one
         class Skewed:
@@ -176,7 +187,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch):
                 g = frame.reformat(**kw)
                 return g if kw.get("format") != "gbrp" else _OffByOne(g)
 
-        real(Skewed(), out)
+        real(Skewed() if path_taken == "copy" else frame, out)
 
     monkeypatch.setattr(video, "planar_rgb", skewed)
     with video.VideoReader(path) as a, video.VideoReader(path) as b:

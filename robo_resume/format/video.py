@@ -34,6 +34,7 @@ from ..errors import (
     VideoDecodeError,
     describe,
 )
+from .swscale import convert_gbrp
 
 __all__ = [
     "VideoReader",
@@ -483,21 +484,24 @@ _PLANAR_OK: dict[tuple[str, int, int], bool] = {}
 def planar_rgb(frame, out: np.ndarray) -> None:
     """Write a decoded frame into ``out`` ``(3, H, W)`` as RGB, equal to ``rgb24`` transposed.
 
-    FFmpeg converts to planar GBR (``gbrp``) and the planes are copied into place. The first
-    frame of every (pixel format, size) in a process is also converted the usual way
-    (``rgb24``, what lerobot uses) and compared; where the two differ by a single value
-    (another FFmpeg build or CPU path), that format falls back to ``rgb24`` plus a transpose.
+    FFmpeg converts to planar GBR (``gbrp``): straight into ``out`` with
+    :func:`~robo_resume.format.swscale.convert_gbrp` where it can, else into a new frame whose
+    planes are copied into place. The first frame of every (pixel format, size) in a process
+    is also converted the usual way (``rgb24``, what lerobot uses) and compared; where the two
+    differ by a single value (another FFmpeg build or CPU path), that format falls back to
+    ``rgb24`` plus a transpose.
     """
     key = (frame.format.name, frame.width, frame.height)
     ok = _PLANAR_OK.get(key)
     if ok is False:
         out[...] = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
         return
-    h, w = frame.height, frame.width
-    g = frame.reformat(format="gbrp")
-    for dst, plane in ((0, 2), (1, 0), (2, 1)):  # gbrp planes are G, B, R
-        p = g.planes[plane]
-        out[dst] = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:h, :w]
+    if not convert_gbrp(frame, out):
+        h, w = frame.height, frame.width
+        g = frame.reformat(format="gbrp")
+        for dst, plane in ((0, 2), (1, 0), (2, 1)):  # gbrp planes are G, B, R
+            p = g.planes[plane]
+            out[dst] = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:h, :w]
     if ok is None:
         reference = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
         _PLANAR_OK[key] = bool(np.array_equal(reference, out))

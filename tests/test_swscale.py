@@ -1,0 +1,88 @@
+"""Conversion straight into the batch (robo_resume.format.swscale) against PyAV's own."""
+
+from __future__ import annotations
+
+import threading
+
+import av
+import numpy as np
+import pytest
+
+from robo_resume.format import swscale
+from robo_resume.format.video import planar_rgb
+
+
+def _frame(fmt: str, w: int, h: int, seed: int = 0) -> av.VideoFrame:
+    rgb = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=fmt)
+
+
+def _pyav_planar(frame: av.VideoFrame) -> np.ndarray:
+    g = frame.reformat(format="gbrp")
+    h, w = frame.height, frame.width
+    planes = [np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:h, :w] for p in g.planes]
+    return np.stack([planes[2], planes[0], planes[1]])  # gbrp planes are G, B, R
+
+
+def test_swscale_loads_here():
+    # CI runs PyAV's wheel, which bundles swscale: the fast path must be the one tested.
+    assert swscale.available()
+
+
+@pytest.mark.parametrize("fmt", ["yuv420p", "yuvj420p", "yuv444p", "nv12", "gray"])
+@pytest.mark.parametrize("size", [(96, 96), (224, 224), (640, 480), (32, 48)])
+def test_convert_equals_pyav_reformat(fmt, size):
+    w, h = size
+    frame = _frame(fmt, w, h)
+    batch = np.zeros((3, 3, h, w), np.uint8)  # convert into a row of a batch, as the stream does
+    assert swscale.convert_gbrp(frame, batch[1])
+    np.testing.assert_array_equal(batch[1], _pyav_planar(frame))
+    assert not batch[0].any() and not batch[2].any()  # nothing written outside the row
+
+
+def test_declines_what_it_cannot_do_and_writes_nothing():
+    frame = _frame("yuv420p", 96, 96)
+    for out in (
+        np.zeros((3, 96, 90), np.uint8),  # another size
+        np.zeros((96, 96, 3), np.uint8),  # interleaved layout
+        np.zeros((3, 96, 192), np.uint8)[:, :, ::2],  # not contiguous
+        np.zeros((3, 96, 96), np.float32),  # another dtype
+        np.zeros(3 * 96 * 96 + 1, np.uint8)[1:].reshape(3, 96, 96),  # not aligned
+    ):
+        assert not swscale.convert_gbrp(frame, out)
+        assert not out.any()
+    odd = _frame("yuv420p", 90, 90)  # rows of 90 bytes are not 16-byte aligned
+    assert not swscale.convert_gbrp(odd, np.zeros((3, 90, 90), np.uint8))
+
+
+def test_planar_rgb_equals_rgb24_on_both_paths():
+    for w, h in ((96, 96), (90, 90)):  # direct conversion, and the copy path
+        frame = _frame("yuv420p", w, h, seed=w)
+        out = np.empty((3, h, w), np.uint8)
+        planar_rgb(frame, out)
+        np.testing.assert_array_equal(out, frame.to_ndarray(format="rgb24").transpose(2, 0, 1))
+
+
+def test_threads_convert_concurrently_with_their_own_contexts():
+    frames = [_frame("yuv420p", 96, 96, seed=s) for s in range(8)]
+    expected = [_pyav_planar(f) for f in frames]
+    results: dict[int, list[np.ndarray]] = {}
+
+    def work(t: int) -> None:
+        outs = []
+        for _ in range(50):
+            for f in frames:
+                out = np.empty((3, 96, 96), np.uint8)
+                assert swscale.convert_gbrp(f, out)
+                outs.append(out)
+        results[t] = outs
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for outs in results.values():
+        for k, out in enumerate(outs):
+            np.testing.assert_array_equal(out, expected[k % len(frames)])
+    assert len(results) == 4
