@@ -436,6 +436,23 @@ def test_skip_broken_files_completes_and_reports(skip_root, caplog):
     print(f"\n{report.splitlines()[0]}; {empty} empty and {short} short batches of {len(batches)}")
 
 
+@pytest.mark.timeout(90)
+def test_skip_is_the_same_with_decoding_threads(skip_root):
+    """With num_workers=0 the chunks of a batch decode on several threads; a broken file is
+    skipped at the same frames, with the same records, as when they decode one by one."""
+    from robo_resume import StreamTuning
+
+    make = _skip_make(skip_root)
+    runs = [
+        _run(make, epochs=2, num_workers=0, tuning=StreamTuning(camera_threads=t, interleave=3))
+        for t in (1, 2)
+    ]
+    (one, t1), (two, t2) = runs
+    assert one == two
+    assert t1.skipped == t2.skipped and t1.skip_at == t2.skip_at
+    assert {r["episode"] for r in t1.skipped} == set(BROKEN_EPISODES)
+
+
 def _compare_resume(make, crash_points, epochs=2):
     full, tracker_full = _run(make, epochs=epochs)
     for crash in crash_points:

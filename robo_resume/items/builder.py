@@ -4,6 +4,7 @@ metadata, and the assembly of a frame range's columns into items."""
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,12 @@ from .buffers import (
 from .options import IDLE_DECODERS, ItemOptions, delta_indices
 from .ranges import EpisodeRangeReader
 
+_ON_POOL = threading.local()  # .active: this thread is one of the decoding threads
+
+
+def _mark_pool_thread() -> None:
+    _ON_POOL.active = True
+
 
 class ItemBuilder:
     """Builds LeRobot-compatible items for one dataset; shared by the reader and the streams.
@@ -47,8 +54,9 @@ class ItemBuilder:
         self._tables: dict[str, ParquetTable] = {}
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
         self.decoder_threads = self.options.decoder_threads
-        self.camera_threads = 1  # cameras decoded concurrently (the stream sets it)
+        self.camera_threads = 1  # threads decoding concurrently (the stream sets it)
         self._pool: tuple[int, Any] | None = None  # (pid, ThreadPoolExecutor)
+        self._lock = threading.Lock()  # the idle decoders, taken and given back from threads
         cols = meta.columns
         rows = np.zeros(len(cols.data_paths), dtype=np.int64)
         np.add.at(rows, cols.data_file, cols.length)  # rows of each data file: its episodes
@@ -66,9 +74,14 @@ class ItemBuilder:
         state["_tables"] = {}
         state["_idle"] = OrderedDict()
         state["_pool"] = None
+        del state["_lock"]
         state["_checked"] = set()
         state["_videos_checked"] = set()
         return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def episode_task_indices(self, ep: EpisodeInfo) -> np.ndarray | None:
         """The ``task_index`` values ``ep``'s metadata lists (its ``tasks`` strings looked up
@@ -120,20 +133,23 @@ class ItemBuilder:
         container open and, when the next range starts after its position, the seek too.
         Among idle decoders of the file, the one stopped latest is taken.
         """
-        best = None
-        for key, r in self._idle.items():
-            if r.path == path and (best is None or (r.position or -1) > (best[1].position or -1)):
-                best = (key, r)
-        if best is None:
-            return VideoReader(
-                inside_root(self.meta.root, path.relative_to(self.meta.root), episode=episode),
-                threads=self.decoder_threads,
-                cache_frames=cache_frames,
-                episode=episode,
-            )
-        reader = self._idle.pop(best[0])
-        reader.episode, reader.cache_frames = episode, cache_frames
-        return reader
+        with self._lock:
+            best = None
+            for key, r in self._idle.items():
+                if r.path == path and (
+                    best is None or (r.position or -1) > (best[1].position or -1)
+                ):
+                    best = (key, r)
+            if best is not None:
+                reader = self._idle.pop(best[0])
+                reader.episode, reader.cache_frames = episode, cache_frames
+                return reader
+        return VideoReader(
+            inside_root(self.meta.root, path.relative_to(self.meta.root), episode=episode),
+            threads=self.decoder_threads,
+            cache_frames=cache_frames,
+            episode=episode,
+        )
 
     def check_video(self, camera: str, reader: VideoReader) -> None:
         """Compare a video file with info.json (size, fps) and with the episode metadata (where
@@ -208,25 +224,55 @@ class ItemBuilder:
             )
 
     def map_cameras(self, fn: Callable[[str], Any], cameras: Sequence[str]) -> list[Any]:
-        """``[fn(cam) for cam in cameras]``, on ``camera_threads`` threads when above 1.
+        """``[fn(cam) for cam in cameras]``, on the decoding threads when there are several.
 
-        PyAV decodes and converts frames without holding the GIL, so the cameras of one range
-        decode in parallel. Each camera has its own decoder; nothing else is shared.
+        PyAV decodes and swscale converts frames without holding the GIL, so the cameras of one
+        range decode in parallel. Each camera has its own decoder; nothing else is shared. On a
+        decoding thread already (:meth:`map_reads`), the cameras are read in turn.
         """
-        if self.camera_threads <= 1 or len(cameras) < 2:
+        if self.camera_threads <= 1 or len(cameras) < 2 or getattr(_ON_POOL, "active", False):
             return [fn(cam) for cam in cameras]
+        return list(self._threads().map(fn, cameras))
+
+    def map_reads(self, fn: Callable[[Any], Any], jobs: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """``(fn(job), None)`` or ``(None, exception)`` for each job, in order.
+
+        On the decoding threads when there are several jobs and threads: the stream reads the
+        chunks of one block this way, each with its own decoders (a job must not share a
+        decoder with another). Every job runs even when an earlier one failed; the caller
+        raises or skips in job order, as if they had run one after the other.
+        """
+
+        def run(job):
+            try:
+                return fn(job), None
+            except Exception as exc:  # handed to the caller, in job order
+                return None, exc
+
+        if self.camera_threads <= 1 or len(jobs) < 2 or getattr(_ON_POOL, "active", False):
+            return [run(job) for job in jobs]
+        return list(self._threads().map(run, jobs))
+
+    def _threads(self):
         pid = os.getpid()
         if self._pool is None or self._pool[0] != pid:  # none yet, or inherited over a fork
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool = (pid, ThreadPoolExecutor(self.camera_threads, "robo_resume-decode"))
-        return list(self._pool[1].map(fn, cameras))
+            pool = ThreadPoolExecutor(
+                self.camera_threads, "robo_resume-decode", initializer=_mark_pool_thread
+            )
+            self._pool = (pid, pool)
+        return self._pool[1]
 
     def release(self, reader: VideoReader) -> None:
         """Keep ``reader`` open for reuse; the oldest idle decoders beyond the limit close."""
-        self._idle[id(reader)] = reader
-        while len(self._idle) > IDLE_DECODERS:
-            self._idle.popitem(last=False)[1].close()
+        closing = []
+        with self._lock:
+            self._idle[id(reader)] = reader
+            while len(self._idle) > IDLE_DECODERS:
+                closing.append(self._idle.popitem(last=False)[1])
+        for r in closing:
+            r.close()
 
     def close(self) -> None:
         """Close the idle decoders."""

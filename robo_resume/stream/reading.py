@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,6 +61,14 @@ against ``interleave=4``, batch 32, 0 workers, uint8, medians of 3-4 paired runs
 of 2 cameras (55 KB), 128 open chunks 0.94x with read-ahead and 0.70x without, 32 open 1.0x and
 0.66x; open50's 480x640 frames (900 KB), 128 open 0.77x with it and 0.81x without (batch 16,
 64 open: 0.88x and 1.0x)."""
+
+def _cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
 
 _DEFAULT_INTERLEAVE = StreamTuning().interleave  # no read-ahead up to this many open segments
 
@@ -178,12 +187,13 @@ class _Reading:
         """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
         worker = _in_worker()
         t = self.tuning
-        cams = (
-            t.camera_threads
-            if t.camera_threads is not None
-            else (1 if worker else len(self.meta.camera_keys))
-        )
-        self.items.camera_threads = max(cams, 1)
+        if t.camera_threads is not None:
+            threads = t.camera_threads
+        elif worker:
+            threads = 1  # the workers keep the cores busy
+        else:
+            threads = max(len(self.meta.camera_keys), min(2, _cores()))
+        self.items.camera_threads = max(threads, 1)
 
     def _generate(self, run: StreamRun):
         """Items of the stream from ``(epoch, position)``, one dict per frame.
@@ -338,29 +348,49 @@ class _Reading:
                 parts = []
                 keep: np.ndarray | None = None  # positions of the block that are read
                 events: list[dict[str, Any]] = []
+                jobs = []  # (j, rows of the block, frames read, dest)
                 for j in np.unique(labels).tolist():
-                    seg = segs[j]
                     rows = np.flatnonzero(labels == j)
-                    c = len(rows)
-                    good = min(c, max(0, bad[j] - nxt[j]))
-                    if good:
-                        frames = range(nxt[j], nxt[j] + good)
+                    good = min(len(rows), max(0, bad[j] - nxt[j]))
+                    dest = None
+                    if good and into is not None:
+                        bufs, base = into()
+                        at = rows[:good] + base
+                        dest = {cam: (buf, at) for cam, buf in bufs.items()}
+                    jobs.append((j, rows, range(nxt[j], nxt[j] + good), dest))
+
+                def read(job):
+                    j, _, frames, dest = job
+                    if held[j] is None and len(frames) >= ahead:  # decoded into the batch
+                        return readers[j].raw(frames, dest)
+                    # a few frames at a time: decode ahead, keep the rest
+                    stop = min(segs[j].stop, frames.start + max(len(frames), ahead))
+                    raw, held[j] = _take_ahead(readers[j], held[j], frames, stop, dest)
+                    return raw
+
+                # Open the chunks' readers here (parquet tables are read on this thread), then
+                # decode the chunks on the decoding threads, each with its own decoders.
+                opened: dict[int, Exception] = {}
+                for j, _, frames, _ in jobs:
+                    if len(frames) and readers[j] is None:
                         try:
-                            if readers[j] is None:
-                                readers[j] = self.items.episode_reader(
-                                    seg.episode_index, nxt[j], seg.stop
-                                )
-                            dest = None
-                            if into is not None:
-                                bufs, base = into()
-                                at = rows[:good] + base
-                                dest = {cam: (buf, at) for cam, buf in bufs.items()}
-                            if held[j] is None and good >= ahead:  # decoded into the batch
-                                raw = readers[j].raw(frames, dest)
-                            else:  # a few frames at a time: decode ahead, keep the rest
-                                stop = min(seg.stop, nxt[j] + max(good, ahead))
-                                raw, held[j] = _take_ahead(readers[j], held[j], frames, stop, dest)
+                            readers[j] = self.items.episode_reader(
+                                segs[j].episode_index, frames.start, segs[j].stop
+                            )
                         except SKIP_ERRORS as exc:
+                            opened[j] = exc
+                todo = [job for job in jobs if len(job[2]) and job[0] not in opened]
+                outcome = dict(
+                    zip((job[0] for job in todo), self.items.map_reads(read, todo), strict=True)
+                )
+                for j, rows, frames, _ in jobs:
+                    seg = segs[j]
+                    c, good = len(rows), len(frames)
+                    if good:
+                        raw, exc = outcome.get(j, (None, opened.get(j)))
+                        if exc is not None and not isinstance(exc, SKIP_ERRORS):
+                            raise exc
+                        if exc is not None:
                             where = (
                                 f"frames {frames.start}..{frames.stop - 1} of episode "
                                 f"{seg.episode_index} (chunk {seg.chunk_id}, epoch {epoch}, "

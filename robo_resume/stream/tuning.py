@@ -57,8 +57,10 @@ class StreamTuning:
         decoder_threads: FFmpeg threads per video decoder (0: FFmpeg's choice). Default 1: the
             DataLoader workers (or the camera threads) keep the cores busy, and PyAV decoders
             with FFmpeg threads were seen to deadlock when garbage-collected.
-        camera_threads: cameras decoded concurrently (PyAV releases the GIL while decoding);
-            None (default): one thread per camera in the main process, 1 in workers.
+        camera_threads: threads decoding concurrently in one process: the cameras of a chunk,
+            and the chunks of a batch (PyAV decodes and swscale converts without the GIL).
+            None (default): in the main process (``num_workers=0``) one per camera and at
+            least 2 (1 on a single core); 1 in DataLoader workers.
     """
 
     interleave: int = 4

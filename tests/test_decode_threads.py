@@ -1,0 +1,50 @@
+"""The chunks of a batch decoded on several threads (num_workers=0) give the same batches."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from robo_resume import ChunkedEpisodeDataset, StreamTuning
+
+
+def _batches(root, threads: int, n: int = 12, **kw) -> list[dict]:
+    ds = ChunkedEpisodeDataset(
+        root,
+        batch_size=8,
+        chunk_frames=8,
+        seed=5,
+        infinite=True,
+        tuning=StreamTuning(camera_threads=threads, interleave=6),
+        **kw,
+    )
+    return list(itertools.islice(ds.dataloader(num_workers=0), n))
+
+
+def _same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], torch.Tensor):
+                assert torch.equal(x[k], y[k]), k
+            else:
+                assert x[k] == y[k], k
+
+
+@pytest.mark.parametrize("cameras", [1, 2])
+@pytest.mark.parametrize("delta", [False, True])
+def test_threads_give_the_batches_of_one_thread(factory, cameras, delta):
+    ds = factory(num_cameras=cameras, episode_lengths=(30, 21, 40, 17, 26), gop=4, codec="h264")
+    kw = {}
+    if delta:
+        cams = [f"observation.images.cam{i}" for i in range(cameras)]
+        kw["delta_timestamps"] = {c: [-2 / ds.fps, 0.0] for c in cams}
+        kw["delta_timestamps"]["action"] = [0.0, 1 / ds.fps, 2 / ds.fps]
+    one = _batches(ds.root, 1, image_dtype="uint8", **kw)
+    _same(one, _batches(ds.root, 2, image_dtype="uint8", **kw))
+    _same(one, _batches(ds.root, 4, image_dtype="uint8", **kw))
+    # the batches really hold several chunks (what the threads split)
+    assert max(len(set(b["episode_index"].tolist())) for b in one) >= 3
