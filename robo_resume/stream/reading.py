@@ -62,6 +62,7 @@ of 2 cameras (55 KB), 128 open chunks 0.94x with read-ahead and 0.70x without, 3
 0.66x; open50's 480x640 frames (900 KB), 128 open 0.77x with it and 0.81x without (batch 16,
 64 open: 0.88x and 1.0x)."""
 
+
 def _cores() -> int:
     """CPU cores this process may run on."""
     try:
