@@ -26,6 +26,7 @@ import numpy as np
 
 __all__ = ["available", "convert_gbrp"]
 
+_UINT8 = np.dtype(np.uint8)
 _SWS_BILINEAR = 2  # what PyAV's reformat uses by default
 _ALIGN = 16  # destination rows at least this aligned, so swscale takes its SIMD code path
 
@@ -101,14 +102,19 @@ class _Contexts:
 
     def __init__(self, libs: _Libs) -> None:
         self.libs = libs
-        self.ptrs: dict[tuple[int, int, int], int] = {}
-        self.src = ctypes.c_void_p * 4
-        self.strides = ctypes.c_int * 4
+        self.ptrs: dict[tuple[str, int, int], int] = {}
+        # argument arrays reused by every call of this thread (filled in place)
+        self.src, self.dst = (ctypes.c_void_p * 4)(), (ctypes.c_void_p * 4)()
+        self.strides, self.dst_strides = (ctypes.c_int * 4)(), (ctypes.c_int * 4)()
 
-    def get(self, src: int, w: int, h: int) -> int | None:
-        key = (src, w, h)
+    def get(self, fmt: str, w: int, h: int) -> int | None:
+        """The context converting ``fmt`` frames of ``w`` x ``h`` to gbrp (None: impossible)."""
+        key = (fmt, w, h)
         ptr = self.ptrs.get(key)
         if ptr is None:
+            src = self.libs.pix_fmt(fmt)
+            if src < 0:
+                return None
             ptr = self.libs.sws.sws_getContext(
                 w, h, src, w, h, self.libs.gbrp, _SWS_BILINEAR, None, None, None
             )
@@ -135,13 +141,13 @@ def convert_gbrp(frame, out: np.ndarray) -> bool:
     C-contiguous ``(3, H, W)`` array of the frame's size; rows or planes not 16-byte aligned, where
     swscale could take another code path); the caller then converts another way.
     """
-    libs = _libs()
+    libs = _LIBS or _libs()
     if libs is None:
         return False
     h, w = frame.height, frame.width
     if (
         out.shape != (3, h, w)
-        or out.dtype != np.uint8
+        or out.dtype is not _UINT8
         or not out.flags.c_contiguous
         or w % _ALIGN
         or (h * w) % _ALIGN
@@ -150,20 +156,16 @@ def convert_gbrp(frame, out: np.ndarray) -> bool:
     base = out.ctypes.data
     if base % _ALIGN:
         return False
-    src = libs.pix_fmt(frame.format.name)
-    if src < 0:
-        return False
     ctx = getattr(_LOCAL, "ctx", None)
     if ctx is None:
         ctx = _LOCAL.ctx = _Contexts(libs)
-    ptr = ctx.get(src, w, h)
+    ptr = ctx.get(frame.format.name, w, h)
     if ptr is None:
         return False
-    planes = frame.planes
-    src_ptrs = ctx.src(*[p.buffer_ptr for p in planes])
-    src_strides = ctx.strides(*[p.line_size for p in planes])
+    src, strides, dst, dst_strides = ctx.src, ctx.strides, ctx.dst, ctx.dst_strides
+    for i, p in enumerate(frame.planes):
+        src[i], strides[i] = p.buffer_ptr, p.line_size
     plane = h * w
-    dst = ctx.src(base + plane, base + 2 * plane, base, None)  # gbrp: G, B, R
-    strides = ctx.strides(w, w, w, 0)
-    done = libs.sws.sws_scale(ptr, src_ptrs, src_strides, 0, h, dst, strides)
-    return done == h
+    dst[0], dst[1], dst[2] = base + plane, base + 2 * plane, base  # gbrp: G, B, R
+    dst_strides[0] = dst_strides[1] = dst_strides[2] = w
+    return libs.sws.sws_scale(ptr, src, strides, 0, h, dst, dst_strides) == h
