@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from torch.utils.data import get_worker_info
 
 from ..errors import (
     ResumeStateError,
+    RoboResumeError,
     describe,
 )
+from ..format.mp4_index import keyframe_frames
 from ..format.validate import inside_root
-from ..format.video import VideoReader
 from ..index.elastic import Layout, Level, build_layout, check_positions, replan
+from ..index.plan import EpisodeSpans, Plan, make_chunks
 from ..index.schedule import (
     Schedule,
     Segment,
     Topology,
 )
 from ..index.start import StartPoint, resume_point, worker_batches_done
+from ..state.fingerprint import plan_of_state
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+from .tuning import AUTO_KEYFRAME_INTERVAL
 
 logger = logging.getLogger("robo_resume")
 
@@ -274,27 +280,82 @@ class _Positions:
             )
         return total % wp, starts, st.batches
 
-    def _keyframe_cuts(self) -> dict[int, list[int]]:
-        cuts: dict[int, list[int]] = {}
+    def _keyframe_cuts(self, auto: bool) -> dict[int, np.ndarray] | None:
+        """Keyframes of the first camera per selected episode (frames of the episode), from
+        each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`),
+        one read per file. ``auto`` (``cut_at_keyframes=None``): None, for the even plan, when
+        there is no camera, the first file is missing or no keyframe interval exceeds
+        :data:`~robo_resume.stream.tuning.AUTO_KEYFRAME_INTERVAL`; an unreadable file leaves its
+        episodes out (cut evenly). Otherwise errors are raised."""
         if not self.meta.camera_keys:
-            return cuts
+            return None
         cam = self.meta.camera_keys[0]
-        times: dict[str, list[float]] = {}
-        for e in self.episodes:
-            ep = self.meta.episode(e)
-            ref = ep.videos[cam]
-            if ref.path not in times:
-                path = inside_root(self.meta.root, ref.path, episode=e)
-                times[ref.path] = VideoReader(path, episode=e).keyframe_times()
-            fps = self.meta.fps
-            cuts[e] = sorted(
-                {
-                    round((t - ref.from_timestamp) * fps)
-                    for t in times[ref.path]
-                    if ref.from_timestamp - 1e-6 <= t < ref.from_timestamp + ep.length / fps
-                }
-            )
+        video = self.meta.columns.videos[cam]
+        rows, _ = self.meta.columns.positions(self._episodes)
+        files = video.file[rows]
+        fps = self.meta.fps
+        first = np.rint(video.from_timestamp[rows] * fps).astype(np.int64)
+        lengths = self.meta.columns.length[rows]
+        per_file: dict[int, np.ndarray] = {}
+        widest = 0
+        codes, where = np.unique(files, return_index=True)
+        for code, at in zip(codes.tolist(), where.tolist(), strict=True):
+            e = int(self._episodes[at])
+            path = inside_root(self.meta.root, video.paths[code], episode=e)
+            if auto and not per_file and not path.is_file():
+                logger.debug("cut_at_keyframes=None: %s is missing, chunks are not cut", path)
+                return None
+            try:
+                keys = keyframe_frames(path, fps, episode=e)
+            except (OSError, RoboResumeError) as exc:
+                if not auto:
+                    raise
+                logger.warning("cut_at_keyframes=None: no keyframes of %s (%s)", path, exc)
+                continue
+            per_file[code] = keys
+            widest = max(widest, int(np.diff(keys).max()) if len(keys) > 1 else 2**31)
+        if auto and widest <= AUTO_KEYFRAME_INTERVAL:
+            return None
+        cuts: dict[int, np.ndarray] = {}
+        for i, code in enumerate(files.tolist()):
+            keys = per_file.get(code)
+            if keys is not None:
+                a, n = int(first[i]), int(lengths[i])
+                lo, hi = np.searchsorted(keys, [a, a + n])
+                cuts[int(self._episodes[i])] = keys[lo:hi] - a
         return cuts
+
+    def _adopt_even_plan(self, theirs: Any) -> None:
+        """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became
+        the default) carries the digest of the even plan: when this plan has keyframe cuts and
+        the state's plan is not it but the even one, use the even plan, so the state resumes
+        exactly (one INFO line). Any other mismatch is left to the fingerprint check."""
+        if not self.keyframe_cuts or not isinstance(theirs, Mapping):
+            return
+        if theirs.get("plan") in (self.fingerprint["plan"], None):
+            return
+        made: list[Plan] = []
+
+        def even() -> Plan:
+            made.append(
+                make_chunks(EpisodeSpans(*self.meta.spans(self._episodes)), self.chunk_frames)
+            )
+            return made[-1]
+
+        if plan_of_state(theirs, {"even": even}) is None:
+            return
+        self.chunks = even_plan = made[-1]
+        self.keyframe_cuts = False
+        self._fingerprint = None
+        self._schedules = {}
+        self._plans = {}
+        logger.info(
+            "resume: the state was saved with chunks of %d frames not cut at keyframes (%d "
+            "chunks, robo_resume before keyframe chunks became the default): resuming that plan; "
+            "pass StreamTuning(cut_at_keyframes=False) to say so",
+            self.chunk_frames,
+            len(even_plan),
+        )
 
     def _skipped_from(self, epoch: int, seg: Segment) -> int:
         """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
