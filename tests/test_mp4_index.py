@@ -180,3 +180,32 @@ def test_state_saved_with_the_even_plan_resumes_exactly(factory, caplog):
     _, kf_state = consume(new, epochs=2, num_workers=0, stop_after=5)
     ds = new(resume_state=kf_state)
     assert ds.keyframe_cuts and ds.chunks == new().chunks
+
+
+def test_auto_reads_only_the_first_files_of_a_short_gop_dataset(factory, monkeypatch):
+    from robo_resume.stream import positions
+    from robo_resume.stream.tuning import AUTO_FILES
+
+    src = factory(
+        episode_lengths=(9,) * (AUTO_FILES + 3),
+        num_cameras=1,
+        codec="mpeg4",
+        gop=2,
+        episodes_per_file=1,
+    )
+    read = []
+    real = positions.keyframe_frames
+
+    def counted(path, fps, **kw):
+        read.append(path)
+        return real(path, fps, **kw)
+
+    monkeypatch.setattr(positions, "keyframe_frames", counted)
+    ds = ChunkedEpisodeDataset(src.root, batch_size=4, chunk_frames=4)
+    assert not ds.keyframe_cuts
+    assert len(read) == AUTO_FILES
+    read.clear()
+    ds = ChunkedEpisodeDataset(
+        src.root, batch_size=4, chunk_frames=4, tuning=StreamTuning(cut_at_keyframes=True)
+    )
+    assert ds.keyframe_cuts and len(read) == AUTO_FILES + 3

@@ -27,7 +27,7 @@ from ..index.start import StartPoint, resume_point, worker_batches_done
 from ..state.fingerprint import plan_of_state
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-from .tuning import AUTO_KEYFRAME_INTERVAL
+from .tuning import AUTO_FILES, AUTO_KEYFRAME_INTERVAL
 
 logger = logging.getLogger("robo_resume")
 
@@ -284,7 +284,8 @@ class _Positions:
         """Keyframes of the first camera per selected episode (frames of the episode), from
         each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`),
         one read per file. ``auto`` (``cut_at_keyframes=None``): None, for the even plan, when
-        there is no camera, the first file is missing or no keyframe interval exceeds
+        there is no camera, the first file is missing or no keyframe interval of the first
+        :data:`~robo_resume.stream.tuning.AUTO_FILES` files read (or of all, when fewer) exceeds
         :data:`~robo_resume.stream.tuning.AUTO_KEYFRAME_INTERVAL`; an unreadable file leaves its
         episodes out (cut evenly). Otherwise errors are raised."""
         if not self.meta.camera_keys:
@@ -313,7 +314,10 @@ class _Positions:
                 logger.warning("cut_at_keyframes=None: no keyframes of %s (%s)", path, exc)
                 continue
             per_file[code] = keys
-            widest = max(widest, int(np.diff(keys).max()) if len(keys) > 1 else 2**31)
+            if widest <= AUTO_KEYFRAME_INTERVAL:  # until one interval is known to be longer
+                widest = max(widest, int(np.diff(keys).max()) if len(keys) > 1 else 2**31)
+                if auto and widest <= AUTO_KEYFRAME_INTERVAL and len(per_file) >= AUTO_FILES:
+                    return None  # short GOPs (lerobot's AV1): the rest is not read
         if auto and widest <= AUTO_KEYFRAME_INTERVAL:
             return None
         cuts: dict[int, np.ndarray] = {}
