@@ -68,7 +68,7 @@ def rate(c, tuning, workers: int, delta: bool, n: int) -> tuple[float, float]:
     return out, cpu / ((n + 3) * 32) * 1e6
 
 
-def decoded_per_frame(c, tuning, n: int) -> tuple[float, int]:
+def decoded_per_frame(c, tuning, n: int, delta: bool) -> tuple[float, int]:
     count = [0]
     orig = V.VideoReader._next_frame
 
@@ -78,7 +78,7 @@ def decoded_per_frame(c, tuning, n: int) -> tuple[float, int]:
 
     V.VideoReader._next_frame = counting
     try:
-        ds = make(c, tuning, False)
+        ds = make(c, tuning, delta)
         it = iter(ds.dataloader(num_workers=0))
         for _ in range(n):
             next(it)
@@ -98,11 +98,14 @@ def main() -> None:
     for name in args.datasets.split(","):
         c = case(name, args.data)
         for label, tuning in SETTINGS.items():
-            d, chunks = decoded_per_frame(c, tuning, args.batches)
+            d, chunks = decoded_per_frame(c, tuning, args.batches, False)
+            w, _ = decoded_per_frame(c, tuning, args.batches, True)
             print(
-                f"{name} {label}: {chunks} chunks, decoded per delivered frame {d:.3f}", flush=True
+                f"{name} {label}: {chunks} chunks, decoded per delivered frame {d:.3f} "
+                f"(with delta windows, per delivered sample and camera: {w:.3f})",
+                flush=True,
             )
-        for workers in map(int, args.workers.split(",")):
+        for workers in [int(w) for w in args.workers.split(",") if w]:
             for delta in (False, True):
                 ratios, cpus = [], []
                 for r in range(args.rounds):

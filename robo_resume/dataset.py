@@ -209,7 +209,9 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         spans = episode_spans(self.meta, None if every else self._episodes)
         self.total_frames = int(spans.length.sum())
         cut = self.tuning.cut_at_keyframes
-        cuts = self._keyframe_cuts(auto=cut is None) if cut is not False else None
+        cuts = None
+        if cut is not False:
+            cuts = self._keyframe_cuts(auto=cut is None, lookback=self._window_lookback())
         # whether the plan's chunks start on keyframes (cut_at_keyframes resolved; False
         # after adopting a resume state's plan without them, _adopt_even_plan)
         self.keyframe_cuts = cuts is not None

@@ -209,3 +209,16 @@ def test_auto_reads_only_the_first_files_of_a_short_gop_dataset(factory, monkeyp
         src.root, batch_size=4, chunk_frames=4, tuning=StreamTuning(cut_at_keyframes=True)
     )
     assert ds.keyframe_cuts and len(read) == AUTO_FILES + 3
+
+
+def test_cuts_follow_the_window_lookback(factory):
+    src = factory(episode_lengths=(30, 41, 25), num_cameras=1, codec="mpeg4", gop=12)
+    fps = load_metadata(src.root).fps
+    cam = "observation.images.cam0"
+    ds = ChunkedEpisodeDataset(
+        src.root, batch_size=4, chunk_frames=8, delta_timestamps={cam: [-2 / fps, 0.0]}
+    )
+    # Keyframes at 0/12/24 of episode 0, 6/18/30 of episode 1, 0/12/24 of episode 2: each cut
+    # 2 frames later, so a chunk's first window (frames start-2, start) starts on a keyframe.
+    stops = {e: [c.stop for c in ds.chunks if c.episode_index == e] for e in range(3)}
+    assert stops == {0: [14, 26, 30], 1: [8, 20, 32, 41], 2: [14, 25]}

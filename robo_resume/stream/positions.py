@@ -280,14 +280,24 @@ class _Positions:
             )
         return total % wp, starts, st.batches
 
-    def _keyframe_cuts(self, auto: bool) -> dict[int, np.ndarray] | None:
+    def _window_lookback(self) -> int:
+        """Frames the first camera's delta window reaches back (0 without a window)."""
+        cams = self.meta.camera_keys
+        window = (self.items.options.delta_timestamps or {}).get(cams[0]) if cams else None
+        if not window:
+            return 0
+        return max(0, int(np.ceil(-min(window) * self.meta.fps - 1e-6)))
+
+    def _keyframe_cuts(self, auto: bool, lookback: int = 0) -> dict[int, np.ndarray] | None:
         """Keyframes of the first camera per selected episode (frames of the episode), from
         each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`),
         one read per file. ``auto`` (``cut_at_keyframes=None``): None, for the even plan, when
         there is no camera, the first file is missing or no keyframe interval of the first
         :data:`~robo_resume.stream.tuning.AUTO_FILES` files read (or of all, when fewer) exceeds
         :data:`~robo_resume.stream.tuning.AUTO_KEYFRAME_INTERVAL`; an unreadable file leaves its
-        episodes out (cut evenly). Otherwise errors are raised."""
+        episodes out (cut evenly). Otherwise errors are raised. ``lookback``: frames the
+        camera's delta window reaches back; the cuts move that far after each keyframe, so a
+        chunk's first window starts on the keyframe (not one frame before it, a GOP back)."""
         if not self.meta.camera_keys:
             return None
         cam = self.meta.camera_keys[0]
@@ -325,8 +335,8 @@ class _Positions:
             keys = per_file.get(code)
             if keys is not None:
                 a, n = int(first[i]), int(lengths[i])
-                lo, hi = np.searchsorted(keys, [a, a + n])
-                cuts[int(self._episodes[i])] = keys[lo:hi] - a
+                lo, hi = np.searchsorted(keys, [a, a + n], side="right")  # inside: a < k
+                cuts[int(self._episodes[i])] = keys[lo:hi] - a + lookback
         return cuts
 
     def _adopt_even_plan(self, theirs: Any) -> None:
