@@ -222,3 +222,13 @@ def test_cuts_follow_the_window_lookback(factory):
     # 2 frames later, so a chunk's first window (frames start-2, start) starts on a keyframe.
     stops = {e: [c.stop for c in ds.chunks if c.episode_index == e] for e in range(3)}
     assert stops == {0: [14, 26, 30], 1: [8, 20, 32, 41], 2: [14, 25]}
+
+
+def test_unreadable_file_error_names_it(tmp_path):
+    p = tmp_path / "empty.mp4"
+    p.write_bytes(b"")
+    with pytest.raises(CorruptFileError) as e:
+        keyframe_frames(p, 30, episode=4)
+    msg = str(e.value)
+    assert "keyframes of a video file cannot be read" in msg
+    assert str(p) in msg and "episode 4" in msg and "cut_at_keyframes=False" in msg

@@ -189,12 +189,26 @@ def keyframe_frames(path: str | Path, fps: float, *, episode: int | None = None)
     """Frame numbers (0-based, of the whole file) of the keyframes of the video ``path``.
 
     From the mp4 index (:func:`mp4_keyframe_samples`: sample ``i`` is frame ``i``); when it
-    cannot tell, from the packets' times (demuxing the file: ``round(t * fps)``).
+    cannot tell, from the packets' times (demuxing the file: ``round(t * fps)``). Raises
+    CorruptFileError naming the file (and ``episode``) when neither works, OSError when the file
+    cannot be opened.
     """
     samples = mp4_keyframe_samples(path)
     if samples is not None:
         return samples
     from .video import VideoReader
 
-    times = VideoReader(Path(path), episode=episode).keyframe_times()
+    try:
+        times = VideoReader(Path(path), episode=episode).keyframe_times()
+    except Exception as exc:  # av.error.*, or IndexError for a file without a video stream
+        raise CorruptFileError(
+            describe(
+                "The keyframes of a video file cannot be read",
+                expected="an mp4 with a video stream (its index, or packets to demux)",
+                found=f"{type(exc).__name__}: {exc}",
+                file=path,
+                episode=episode,
+                fix="download this file again, or pass StreamTuning(cut_at_keyframes=False)",
+            )
+        ) from exc
     return np.unique(np.round(np.asarray(times, dtype=np.float64) * fps).astype(np.int64))

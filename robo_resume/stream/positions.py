@@ -1,4 +1,8 @@
-"""Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points."""
+"""Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points.
+
+Slightly over 400 lines: the keyframe cuts and the adoption of an older state's plan belong to
+the plan, which this mixin owns; the dataset class file is over its size already.
+"""
 
 from __future__ import annotations
 
@@ -292,7 +296,7 @@ class _Positions:
         """Keyframes of the first camera per selected episode (frames of the episode), from
         each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`),
         one read per file. ``auto`` (``cut_at_keyframes=None``): None, for the even plan, when
-        there is no camera, the first file is missing or no keyframe interval of the first
+        there is no camera, the first episode's file is missing or no keyframe interval of the first
         :data:`~robo_resume.stream.tuning.AUTO_FILES` files read (or of all, when fewer) exceeds
         :data:`~robo_resume.stream.tuning.AUTO_KEYFRAME_INTERVAL`; an unreadable file leaves its
         episodes out (cut evenly). Otherwise errors are raised. ``lookback``: frames the
@@ -302,6 +306,12 @@ class _Positions:
             return None
         cam = self.meta.camera_keys[0]
         video = self.meta.columns.videos[cam]
+        if auto and len(self._episodes):  # a dataset without its videos: decided in O(1)
+            e = int(self._episodes[0])
+            path = inside_root(self.meta.root, self.meta.episode(e).videos[cam].path, episode=e)
+            if not path.is_file():
+                logger.debug("cut_at_keyframes=None: %s is missing, chunks are not cut", path)
+                return None
         rows, _ = self.meta.columns.positions(self._episodes)
         files = video.file[rows]
         fps = self.meta.fps
@@ -313,15 +323,13 @@ class _Positions:
         for code, at in zip(codes.tolist(), where.tolist(), strict=True):
             e = int(self._episodes[at])
             path = inside_root(self.meta.root, video.paths[code], episode=e)
-            if auto and not per_file and not path.is_file():
-                logger.debug("cut_at_keyframes=None: %s is missing, chunks are not cut", path)
-                return None
             try:
                 keys = keyframe_frames(path, fps, episode=e)
             except (OSError, RoboResumeError) as exc:
                 if not auto:
                     raise
-                logger.warning("cut_at_keyframes=None: no keyframes of %s (%s)", path, exc)
+                # reading reports the file (raise, or skip with on_error="skip")
+                logger.debug("cut_at_keyframes=None: no keyframes of %s (%s)", path, exc)
                 continue
             per_file[code] = keys
             if widest <= AUTO_KEYFRAME_INTERVAL:  # until one interval is known to be longer
@@ -343,8 +351,10 @@ class _Positions:
         """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became
         the default) carries the digest of the even plan: when this plan has keyframe cuts and
         the state's plan is not it but the even one, use the even plan, so the state resumes
-        exactly (one INFO line). Any other mismatch is left to the fingerprint check."""
-        if not self.keyframe_cuts or not isinstance(theirs, Mapping):
+        exactly (one INFO line). Only with the automatic setting (``None``); any other mismatch
+        is left to the fingerprint check."""
+        auto = self.tuning.cut_at_keyframes is None  # an explicit True is honoured (or refused)
+        if not (auto and self.keyframe_cuts) or not isinstance(theirs, Mapping):
             return
         if theirs.get("plan") in (self.fingerprint["plan"], None):
             return
