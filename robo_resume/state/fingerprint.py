@@ -20,7 +20,8 @@ _FIX = {
     "episodes": "pass the same episodes= selection (indices, slice string, or a Split with the "
     "same fractions, index and seed) as the run that saved the state",
     "plan": "pass the same chunk_frames, episodes and StreamTuning(cut_at_keyframes=...) as the "
-    "run that saved the state",
+    "run that saved the state (with keyframe cuts, also the same camera delta_timestamps: the "
+    "cuts follow the window's look-back)",
     "seed": "pass the same seed as the run that saved the state",
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
     "counts batches of that size); a resume_state may change it (elastic resume)",

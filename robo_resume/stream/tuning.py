@@ -65,14 +65,17 @@ class StreamTuning:
             camera's video, so that no chunk decodes frames it throws away: a chunk ends at the
             last keyframe within ``chunk_frames`` frames, or, with none in reach (GOP longer
             than ``chunk_frames``), at the next keyframe (chunks up to one GOP long: fewer,
-            longer chunks, so batches mix fewer episodes). The keyframes come from each video
+            longer chunks, so batches mix fewer episodes). With a delta window reaching back
+            ``L`` frames on that camera the cuts sit ``L`` frames after the keyframes (the
+            chunk's first window then starts on one). The keyframes come from each video
             file's mp4 index (``stss``), one small read per file at construction (a file the
             index cannot describe, e.g. fragmented, is demuxed; about 0.2-0.3 ms per file).
             None (default): automatic, on when the first camera's video files exist and a
             keyframe interval of its first :data:`AUTO_FILES` (8) files exceeds
             :data:`AUTO_KEYFRAME_INTERVAL` (2) frames: lerobot's AV1 default (gop 2) keeps the
             even plan and reads only those 8 files; a missing first file turns it off (a
-            dataset without its videos); an unreadable file leaves its episodes cut evenly.
+            dataset without its videos: decided without reading anything); an unreadable file
+            leaves its episodes cut evenly (the read path reports it).
             True: always (errors raised); False: never, every chunk is ``chunk_frames`` long.
         block_frames: frames read from one chunk at a time (bounds memory per open chunk).
         tolerance_s: video frame time tolerance (lerobot's default 1e-4 s).
