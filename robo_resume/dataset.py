@@ -208,7 +208,13 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         )
         spans = episode_spans(self.meta, None if every else self._episodes)
         self.total_frames = int(spans.length.sum())
-        cuts = self._keyframe_cuts() if self.tuning.cut_at_keyframes else None
+        cut = self.tuning.cut_at_keyframes
+        cuts = None
+        if cut is not False:
+            cuts = self._keyframe_cuts(auto=cut is None, lookback=self._window_lookback())
+        # whether the plan's chunks start on keyframes (cut_at_keyframes resolved; False
+        # after adopting a resume state's plan without them, _adopt_even_plan)
+        self.keyframe_cuts = cuts is not None
         self.chunks: Plan = make_chunks(spans, chunk_frames, cut_points=cuts)
         release_freed_memory()  # planning's temporaries: about 2x the plan at 10^6 episodes
         self.config = ScheduleConfig(
@@ -289,7 +295,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 f"{self.meta.total_frames} frames)",
                 "episodes": format_ranges(self._episodes, limit=120),
                 "plan": f"chunk_frames {self.chunk_frames}"
-                + (", cut at keyframes" if self.tuning.cut_at_keyframes else ""),
+                + (", cut at keyframes" if self.keyframe_cuts else ""),
             },
         }
 
@@ -305,6 +311,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self.resume_state = None
         if state is not None:
             self.resume_state = ResumeState.from_dict(state)
+            self._adopt_even_plan(self.resume_state.fingerprint)
             expected = expected_for(self.fingerprint, self.resume_state.fingerprint, self.chunks)
             if self.resume_state.batch_size is not None:  # elastic: the batch size may change
                 expected["batch_size"] = self.resume_state.batch_size
@@ -338,6 +345,8 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         elastically (with :meth:`tracker` and ``resume_state=``).
         """
         info = get_worker_info()
+        if info is None:  # in a worker the main process's plan could not follow
+            self._adopt_even_plan(state.get("fingerprint") if isinstance(state, Mapping) else None)
         self._loaded = check_stream_state(
             state,
             expected_for(self.fingerprint, state.get("fingerprint"), self.chunks),

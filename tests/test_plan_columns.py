@@ -1,7 +1,9 @@
 """The columnar plan equals the object-based one it replaced, chunk for chunk and hash for hash.
 
 The oracle below is the object-based ``make_chunks`` / ``plan_fingerprint`` of main before
-issue 15 (one ``Chunk`` per chunk, one f-string per chunk), kept here only as a test oracle.
+issue 15 (one ``Chunk`` per chunk, one f-string per chunk), kept here only as a test oracle; its
+cut rule is today's (kf-chunks: with no cut point in reach, a chunk of an episode with cut points
+runs to the next one, or to the episode's end).
 """
 
 from __future__ import annotations
@@ -29,15 +31,19 @@ from robo_resume.index.segments import Segment, Segments
 def oracle_chunks(episodes, chunk_frames, cut_points=None):
     chunks = []
     for ep in episodes:
-        cuts = sorted(cut_points.get(ep.episode_index, ())) if cut_points else []
+        has = bool(cut_points) and ep.episode_index in cut_points
+        cuts = sorted(cut_points.get(ep.episode_index, ())) if has else []
         start = 0
         while start < ep.length:
             limit = min(start + chunk_frames, ep.length)
             stop = limit
-            if cuts and limit < ep.length:
+            if has and limit < ep.length:
                 j = bisect.bisect_right(cuts, limit) - 1
                 if j >= 0 and cuts[j] > start:
                     stop = cuts[j]
+                else:  # none in reach: the next one inside the episode, else its end
+                    k = bisect.bisect_right(cuts, start)
+                    stop = cuts[k] if k < len(cuts) and cuts[k] < ep.length else ep.length
             chunks.append(Chunk(ep.episode_index, start, stop, ep.dataset_from_index + start))
             start = stop
     return tuple(chunks)

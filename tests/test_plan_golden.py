@@ -6,10 +6,15 @@ every stream's groups (segments, interleave order, positions), located cursors, 
 remainder epochs two hops deep. The current code must reproduce every digest. Regenerate only
 for an intended change of order (which breaks saved resume states):
 ``python tests/test_plan_golden.py --write``.
+
+Cases with cut points plan with :func:`old_cut_chunks`, the cut rule of that time (kf-chunks
+changed make_chunks' rule: tests/test_keyframe_chunks.py), so that their schedules are still
+checked against the golden digests.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import random
@@ -20,7 +25,7 @@ import pytest
 
 from robo_resume.errors import ResumeStateError
 from robo_resume.index.elastic import Level, build_layout, replan
-from robo_resume.index.plan import EpisodeSpan, make_chunks, plan_fingerprint
+from robo_resume.index.plan import Chunk, EpisodeSpan, Plan, make_chunks, plan_fingerprint
 from robo_resume.index.schedule import Schedule, ScheduleConfig, Topology
 from robo_resume.index.start import resume_point
 
@@ -59,6 +64,25 @@ def _case(i: int):
     return rnd, spans, chunk_frames, cuts, config, topo
 
 
+def old_cut_chunks(episodes, chunk_frames, cut_points) -> Plan:
+    """make_chunks' cut rule before kf-chunks: end at the last cut point in reach, else after
+    ``chunk_frames`` frames."""
+    chunks = []
+    for ep in episodes:
+        cuts = sorted(cut_points.get(ep.episode_index, ()))
+        start = 0
+        while start < ep.length:
+            limit = min(start + chunk_frames, ep.length)
+            stop = limit
+            if cuts and limit < ep.length:
+                j = bisect.bisect_right(cuts, limit) - 1
+                if j >= 0 and cuts[j] > start:
+                    stop = cuts[j]
+            chunks.append(Chunk(ep.episode_index, start, stop, ep.dataset_from_index + start))
+            start = stop
+    return Plan.from_chunks(chunks)
+
+
 def _segment(s) -> list:
     return [s.chunk_id, s.episode_index, s.start, s.stop, s.dataset_from_index, s.epoch]
 
@@ -74,7 +98,10 @@ def _layout_digest(h, layout, epoch: int, streams: int) -> None:
 def digest(i: int) -> dict:
     """Digests of case ``i`` (see the module docstring)."""
     rnd, spans, chunk_frames, cuts, config, topo = _case(i)
-    chunks = make_chunks(spans, chunk_frames, cut_points=cuts)
+    if cuts:
+        chunks = old_cut_chunks(spans, chunk_frames, cuts)
+    else:
+        chunks = make_chunks(spans, chunk_frames, cut_points=cuts)
     out = {"plan": plan_fingerprint(chunks), "chunks": len(chunks)}
     try:
         sched = Schedule(chunks, config, topo)

@@ -2,12 +2,15 @@
 
 A chunk is ``(episode_index, start, stop)``: at most ``chunk_frames`` consecutive frames of one
 episode, read with one parquet range read and one video seek. Chunks cover every frame exactly
-once, in episode then frame order. With ``cut_points`` (the video keyframes), chunks end on a
-keyframe where possible, so the next chunk's seek lands exactly on its first frame.
+once, in episode then frame order. With ``cut_points`` (the video keyframes), every chunk after
+an episode's first starts on a keyframe, so its seek lands exactly on its first frame.
 
 The plan is columns (:class:`Plan`: four int64 arrays), never one Python object per chunk: a
 dataset of 10^6 episodes has about 5x10^6 chunks. Indexing a plan gives a :class:`Chunk` for
 code that wants one.
+
+Slightly over 400 lines: the older text fingerprint (:func:`plan_fingerprint`) is kept beside
+the digest to check resume states written before it.
 """
 
 from __future__ import annotations
@@ -201,15 +204,21 @@ def make_chunks(
     *,
     cut_points: Mapping[int, Sequence[int]] | None = None,
 ) -> Plan:
-    """Cut episodes into chunks of at most ``chunk_frames`` frames; the :class:`Plan`.
+    """Cut episodes into chunks of about ``chunk_frames`` frames; the :class:`Plan`.
 
     ``episodes``: :class:`EpisodeSpans` columns (or :class:`EpisodeSpan` s), in plan order.
-    ``cut_points[episode_index]`` (frame indices, typically keyframes) lets a chunk end at the
-    last cut point ``c`` with ``start < c <= start + chunk_frames``; without one in reach the
-    chunk is ``chunk_frames`` long. Raises ValueError for a non-positive ``chunk_frames`` or an
+    Without ``cut_points`` every chunk is ``chunk_frames`` long (an episode's last one shorter).
+    ``cut_points[episode_index]`` (frame indices of the episode, typically its video keyframes;
+    values outside ``0 < c < length`` are ignored) makes every chunk of that episode after its
+    first start on a cut point: a chunk starting at ``start`` ends at the last cut point ``c``
+    with ``start < c <= start + chunk_frames`` (short GOPs: chunks near ``chunk_frames``); with
+    none in reach it is extended to the next cut point after ``start`` (long GOPs: chunks up to
+    one keyframe interval long), or to the episode's end when there is none. The episode's
+    first chunk starts at frame 0 wherever that is in the video. Episodes missing from
+    ``cut_points`` are cut evenly. Raises ValueError for a non-positive ``chunk_frames`` or an
     episode with no frames, DatasetFormatError for a plan over :data:`MAX_PLAN_CHUNKS`.
-    Vectorised: cost O(chunks) in numpy, plus one numpy pass per chunk of the longest episode
-    when there are cut points.
+    Pure and vectorised: cost O(chunks) in numpy, plus one numpy pass per chunk of the longest
+    episode when there are cut points.
     """
     if not isinstance(chunk_frames, int) or chunk_frames < 1:
         raise ValueError(f"chunk_frames must be a positive int; found {chunk_frames!r}")
@@ -236,10 +245,10 @@ def make_chunks(
             f"Episode {int(spans.episode_index[i])} has {int(lengths[i])} frames; expected at "
             "least 1. Fix: leave it out with episodes=[...]."
         )
-    keys = _cut_keys(spans, cut_points) if cut_points else None
-    if keys is None or not len(keys):
+    keys, cut = _cut_keys(spans, cut_points) if cut_points else (None, None)
+    if cut is None or not cut.any():
         return _even_chunks(spans, per, count, chunk_frames)
-    row, start, stop = _cut_chunks(lengths, chunk_frames, keys)
+    row, start, stop = _cut_chunks(lengths, chunk_frames, keys, cut)
     return Plan(spans.episode_index[row], start, stop, spans.dataset_from_index[row] + start)
 
 
@@ -264,38 +273,55 @@ def _even_chunks(spans: EpisodeSpans, per: np.ndarray, count: int, chunk_frames:
     return Plan(np.repeat(spans.episode_index.astype(dt), per), start, stop, frame)
 
 
-def _cut_keys(spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int]]) -> np.ndarray:
-    """The cut points that can end a chunk (``0 < c < length``) as sorted global keys
-    ``offset[row] + c`` (``offset``: the cumulative lengths), one array for all episodes."""
+def _cut_keys(
+    spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys, cut)``: the cut points that can start a chunk (``0 < c < length``) as sorted
+    global keys ``offset[row] + c`` (``offset``: the cumulative lengths), one array for all
+    episodes, and per row whether the episode has cut points at all (is in ``cut_points``)."""
     offset = np.cumsum(spans.length) - spans.length
+    cut = np.zeros(len(spans.length), dtype=bool)
     rows = {int(e): i for i, e in enumerate(spans.episode_index.tolist()) if int(e) in cut_points}
     parts = []
     for e, i in rows.items():
-        c = np.asarray(list(cut_points[e]), dtype=np.int64)
+        cut[i] = True
+        c = np.asarray(list(cut_points[e]), dtype=np.int64).reshape(-1)
         c = c[(c > 0) & (c < spans.length[i])]
         parts.append(c + offset[i])
-    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    return keys, cut
 
 
 def _cut_chunks(
-    lengths: np.ndarray, chunk_frames: int, keys: np.ndarray
+    lengths: np.ndarray, chunk_frames: int, keys: np.ndarray, cut: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Chunks with cut points: every episode advances one chunk per round (vectorised over the
-    episodes still open), so the rounds are the chunks of the longest episode."""
+    """Chunks with cut points (rule: :func:`make_chunks`): every episode advances one chunk per
+    round (vectorised over the episodes still open), so the rounds are the chunks of the
+    longest episode. ``cut[row]``: the episode has cut points (else it is cut evenly)."""
     offset = np.cumsum(lengths) - lengths
     rows_out, starts_out, stops_out = [], [], []
     rows = np.arange(len(lengths))
     start = np.zeros(len(lengths), dtype=np.int64)
+    last = len(keys) - 1
     while len(rows):
         n, off = lengths[rows], offset[rows]
         limit = np.minimum(start + chunk_frames, n)
         stop = limit.copy()
         inner = limit < n
-        j = np.searchsorted(keys, off + limit, side="right") - 1
-        ok = inner & (j >= 0)
-        at = keys[np.maximum(j, 0)]
-        ok &= at > off + start
-        stop[ok] = at[ok] - off[ok]
+        if last >= 0:
+            j = np.searchsorted(keys, off + limit, side="right") - 1
+            at = keys[np.maximum(j, 0)]
+            ok = inner & (j >= 0) & (at > off + start)  # a cut point in reach: the last one
+            stop[ok] = at[ok] - off[ok]
+            # none in reach: the next one after the reach (this episode's keys are < off + n)
+            far = inner & ~ok & cut[rows]
+            nxt = keys[np.minimum(j + 1, last)]
+            has = far & (j < last) & (nxt < off + n)
+            stop[has] = nxt[has] - off[has]
+            end = far & ~has
+            stop[end] = n[end]
+        else:  # no cut point anywhere: episodes in cut_points are one chunk each
+            stop[inner & cut[rows]] = n[inner & cut[rows]]
         rows_out.append(rows)
         starts_out.append(start)
         stops_out.append(stop)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..index.plan import PLAN_DIGEST_PREFIX, Plan, plan_fingerprint
@@ -20,7 +20,8 @@ _FIX = {
     "episodes": "pass the same episodes= selection (indices, slice string, or a Split with the "
     "same fractions, index and seed) as the run that saved the state",
     "plan": "pass the same chunk_frames, episodes and StreamTuning(cut_at_keyframes=...) as the "
-    "run that saved the state",
+    "run that saved the state (with keyframe cuts, also the same camera delta_timestamps: the "
+    "cuts follow the window's look-back)",
     "seed": "pass the same seed as the run that saved the state",
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
     "counts batches of that size); a resume_state may change it (elastic resume)",
@@ -57,6 +58,24 @@ def value_hash(obj: Any) -> str:
     """16 hex digits of the SHA-256 of ``obj`` as sorted JSON: a fingerprint field for a value
     (an episode list, a key mapping) too large to keep in a state."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def plan_of_state(theirs: Any, plans: Mapping[str, Callable[[], Plan]]) -> str | None:
+    """Which of ``plans`` (name -> a function making the plan) a state's fingerprint
+    ``theirs`` was saved with: the first name whose plan has the state's ``"plan"`` value (a
+    :func:`~robo_resume.index.plan.plan_digest`, or the older 16-digit text fingerprint), else
+    None. Each plan is made only when the ones before it did not match."""
+    old = theirs.get("plan") if isinstance(theirs, Mapping) else None
+    if not isinstance(old, str):
+        return None
+    for name, make in plans.items():
+        plan = make()
+        if old.startswith(PLAN_DIGEST_PREFIX):
+            if plan.digest() == old:
+                return name
+        elif plan_fingerprint(plan)[:16] == old:
+            return name
+    return None
 
 
 def expected_for(fingerprint: Mapping[str, Any], theirs: Any, plan: Plan) -> dict[str, Any]:

@@ -1,27 +1,37 @@
-"""Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points."""
+"""Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points.
+
+Slightly over 400 lines: the keyframe cuts and the adoption of an older state's plan belong to
+the plan, which this mixin owns; the dataset class file is over its size already.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from torch.utils.data import get_worker_info
 
 from ..errors import (
     ResumeStateError,
+    RoboResumeError,
     describe,
 )
+from ..format.mp4_index import keyframe_frames
 from ..format.validate import inside_root
-from ..format.video import VideoReader
 from ..index.elastic import Layout, Level, build_layout, check_positions, replan
+from ..index.plan import EpisodeSpans, Plan, make_chunks
 from ..index.schedule import (
     Schedule,
     Segment,
     Topology,
 )
 from ..index.start import StartPoint, resume_point, worker_batches_done
+from ..state.fingerprint import plan_of_state
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+from .tuning import AUTO_FILES, AUTO_KEYFRAME_INTERVAL
 
 logger = logging.getLogger("robo_resume")
 
@@ -274,27 +284,102 @@ class _Positions:
             )
         return total % wp, starts, st.batches
 
-    def _keyframe_cuts(self) -> dict[int, list[int]]:
-        cuts: dict[int, list[int]] = {}
+    def _window_lookback(self) -> int:
+        """Frames the first camera's delta window reaches back (0 without a window)."""
+        cams = self.meta.camera_keys
+        window = (self.items.options.delta_timestamps or {}).get(cams[0]) if cams else None
+        if not window:
+            return 0
+        return max(0, int(np.ceil(-min(window) * self.meta.fps - 1e-6)))
+
+    def _keyframe_cuts(self, auto: bool, lookback: int = 0) -> dict[int, np.ndarray] | None:
+        """Keyframes of the first camera per selected episode (frames of the episode), from
+        each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`),
+        one read per file. ``auto`` (``cut_at_keyframes=None``): None, for the even plan, when
+        there is no camera, the first episode's file is missing or no keyframe interval of the first
+        :data:`~robo_resume.stream.tuning.AUTO_FILES` files read (or of all, when fewer) exceeds
+        :data:`~robo_resume.stream.tuning.AUTO_KEYFRAME_INTERVAL`; an unreadable file leaves its
+        episodes out (cut evenly). Otherwise errors are raised. ``lookback``: frames the
+        camera's delta window reaches back; the cuts move that far after each keyframe, so a
+        chunk's first window starts on the keyframe (not one frame before it, a GOP back)."""
         if not self.meta.camera_keys:
-            return cuts
+            return None
         cam = self.meta.camera_keys[0]
-        times: dict[str, list[float]] = {}
-        for e in self.episodes:
-            ep = self.meta.episode(e)
-            ref = ep.videos[cam]
-            if ref.path not in times:
-                path = inside_root(self.meta.root, ref.path, episode=e)
-                times[ref.path] = VideoReader(path, episode=e).keyframe_times()
-            fps = self.meta.fps
-            cuts[e] = sorted(
-                {
-                    round((t - ref.from_timestamp) * fps)
-                    for t in times[ref.path]
-                    if ref.from_timestamp - 1e-6 <= t < ref.from_timestamp + ep.length / fps
-                }
-            )
+        video = self.meta.columns.videos[cam]
+        if auto and len(self._episodes):  # a dataset without its videos: decided in O(1)
+            e = int(self._episodes[0])
+            path = inside_root(self.meta.root, self.meta.episode(e).videos[cam].path, episode=e)
+            if not path.is_file():
+                logger.debug("cut_at_keyframes=None: %s is missing, chunks are not cut", path)
+                return None
+        rows, _ = self.meta.columns.positions(self._episodes)
+        files = video.file[rows]
+        fps = self.meta.fps
+        first = np.rint(video.from_timestamp[rows] * fps).astype(np.int64)
+        lengths = self.meta.columns.length[rows]
+        per_file: dict[int, np.ndarray] = {}
+        widest = 0
+        codes, where = np.unique(files, return_index=True)
+        for code, at in zip(codes.tolist(), where.tolist(), strict=True):
+            e = int(self._episodes[at])
+            path = inside_root(self.meta.root, video.paths[code], episode=e)
+            try:
+                keys = keyframe_frames(path, fps, episode=e)
+            except (OSError, RoboResumeError) as exc:
+                if not auto:
+                    raise
+                # reading reports the file (raise, or skip with on_error="skip")
+                logger.debug("cut_at_keyframes=None: no keyframes of %s (%s)", path, exc)
+                continue
+            per_file[code] = keys
+            if widest <= AUTO_KEYFRAME_INTERVAL:  # until one interval is known to be longer
+                widest = max(widest, int(np.diff(keys).max()) if len(keys) > 1 else 2**31)
+                if auto and widest <= AUTO_KEYFRAME_INTERVAL and len(per_file) >= AUTO_FILES:
+                    return None  # short GOPs (lerobot's AV1): the rest is not read
+        if auto and widest <= AUTO_KEYFRAME_INTERVAL:
+            return None
+        cuts: dict[int, np.ndarray] = {}
+        for i, code in enumerate(files.tolist()):
+            keys = per_file.get(code)
+            if keys is not None:
+                a, n = int(first[i]), int(lengths[i])
+                lo, hi = np.searchsorted(keys, [a, a + n], side="right")  # inside: a < k
+                cuts[int(self._episodes[i])] = keys[lo:hi] - a + lookback
         return cuts
+
+    def _adopt_even_plan(self, theirs: Any) -> None:
+        """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became
+        the default) carries the digest of the even plan: when this plan has keyframe cuts and
+        the state's plan is not it but the even one, use the even plan, so the state resumes
+        exactly (one INFO line). Only with the automatic setting (``None``); any other mismatch
+        is left to the fingerprint check."""
+        auto = self.tuning.cut_at_keyframes is None  # an explicit True is honoured (or refused)
+        if not (auto and self.keyframe_cuts) or not isinstance(theirs, Mapping):
+            return
+        if theirs.get("plan") in (self.fingerprint["plan"], None):
+            return
+        made: list[Plan] = []
+
+        def even() -> Plan:
+            made.append(
+                make_chunks(EpisodeSpans(*self.meta.spans(self._episodes)), self.chunk_frames)
+            )
+            return made[-1]
+
+        if plan_of_state(theirs, {"even": even}) is None:
+            return
+        self.chunks = even_plan = made[-1]
+        self.keyframe_cuts = False
+        self._fingerprint = None
+        self._schedules = {}
+        self._plans = {}
+        logger.info(
+            "resume: the state was saved with chunks of %d frames not cut at keyframes (%d "
+            "chunks, robo_resume before keyframe chunks became the default): resuming that plan; "
+            "pass StreamTuning(cut_at_keyframes=False) to say so",
+            self.chunk_frames,
+            len(even_plan),
+        )
 
     def _skipped_from(self, epoch: int, seg: Segment) -> int:
         """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
