@@ -137,6 +137,21 @@ def test_auto_cuts_long_gops_only(factory):
     assert not off.keyframe_cuts
 
 
+def test_reading_many_files_is_announced(factory, monkeypatch, caplog):
+    import robo_resume.stream.positions as positions
+
+    long = factory(episode_lengths=(30, 41, 25), num_cameras=1, codec="mpeg4", gop=12)
+    with caplog.at_level(logging.INFO, logger="robo_resume"):
+        ChunkedEpisodeDataset(long.root, batch_size=4, chunk_frames=8)
+    assert not [m for m in caplog.messages if "reading the keyframes" in m]  # 2 files: quiet
+    monkeypatch.setattr(positions, "_MANY_FILES", 2)
+    with caplog.at_level(logging.INFO, logger="robo_resume"):
+        ChunkedEpisodeDataset(long.root, batch_size=4, chunk_frames=8)
+    [line] = [m for m in caplog.messages if "reading the keyframes" in m]
+    assert "of 2 video files of 'observation.images.cam0'" in line
+    assert "cut_at_keyframes=False" in line
+
+
 def test_auto_without_video_files_is_the_even_plan(factory, tmp_path):
     import shutil
 

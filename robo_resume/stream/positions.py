@@ -36,6 +36,9 @@ from .tuning import AUTO_FILES, AUTO_KEYFRAME_INTERVAL
 logger = logging.getLogger("robo_resume")
 
 
+_MANY_FILES = 2000  # keyframe reading announced from this many files (about half a second)
+
+
 class _Positions:
     """Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points.
 
@@ -320,6 +323,13 @@ class _Positions:
         per_file: dict[int, np.ndarray] = {}
         widest = 0
         codes, where = np.unique(files, return_index=True)
+        if len(codes) >= _MANY_FILES:  # a few seconds: say what is happening
+            logger.info(
+                "robo_resume: reading the keyframes of %d video files of '%s' (mp4 index, "
+                "about 0.3 ms per file; StreamTuning(cut_at_keyframes=False) skips this)",
+                len(codes),
+                cam,
+            )
         for code, at in zip(codes.tolist(), where.tolist(), strict=True):
             e = int(self._episodes[at])
             path = inside_root(self.meta.root, video.paths[code], episode=e)
