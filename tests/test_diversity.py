@@ -5,7 +5,8 @@ batch mixes more episodes (about as many as uniform random sampling at ``6 * bat
 it keeps every frame exactly once per epoch and resumes exactly. With more open chunks than a
 batch has frames, a chunk of small frames decodes a few frames ahead per visit
 (stream/reading.py): the batches are the same as read frame by frame; the default interleave
-and large frames never read ahead.
+and large frames never read ahead; kept frames stay decoded (YUV) until their batch
+(tests/test_read_ahead.py).
 """
 
 from __future__ import annotations
@@ -138,12 +139,13 @@ def test_the_default_interleave_never_reads_ahead(cams):
 
 
 def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
-    """Frames above READ_AHEAD_MAX_FRAME are never read ahead, however many chunks are open:
-    each is decoded into its batch, nothing beyond the batches' frames (read-ahead was measured
-    slower there, README "Batch diversity")."""
+    """Frames above READ_AHEAD_MAX_FRAME (bytes held, YUV 4:2:0) are never read ahead, however
+    many chunks are open: each is decoded into its batch, nothing beyond the batches' frames
+    (larger frames were not measured, README "Batch diversity")."""
     ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=8, tuning=WIDE, image_dtype="uint8")
     assert len(ds.chunks) >= 32 and ds._read_ahead(32) > 1  # small frames: read ahead
-    frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys)
+    frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys) // 2
+    assert ds._held_bytes() == frame
     monkeypatch.setattr(reading, "READ_AHEAD_MAX_FRAME", frame - 1)
     assert ds._read_ahead(32) == 1
     calls = []
@@ -191,8 +193,7 @@ def test_read_ahead_yields_the_same_batches(cams, monkeypatch, workers, batch_si
     if ahead == "block":
         assert ds._read_ahead(32) == ds.tuning.block_frames
     else:
-        frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys)
-        monkeypatch.setattr(reading, "READ_AHEAD_BYTES", ahead * 32 * frame)
+        monkeypatch.setattr(reading, "READ_AHEAD_BYTES", ahead * 32 * ds._held_bytes())
         assert ds._read_ahead(32) == ahead
     got = batches()
     monkeypatch.setattr(reading, "READ_AHEAD_BYTES", 0)  # one frame per read

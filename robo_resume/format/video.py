@@ -74,10 +74,11 @@ def _detach_after_fork() -> None:
     """In a forked child: drop the inherited containers from their readers (kept alive)."""
     for reader in list(_OPEN):
         if reader._container is not None:
-            _INHERITED.append((reader._container, reader._stream, reader._frames))
+            _INHERITED.append((reader._container, reader._stream, reader._frames, reader._ahead))
             reader._container = reader._stream = reader._frames = None
             reader._last_time = None
             reader._cache = OrderedDict()
+            reader._ahead = deque()
     _OPEN.clear()
 
 
@@ -131,6 +132,10 @@ class VideoReader:
         self._frames = None  # iterator of decoded frames
         self._last_time = None  # time of the last decoded frame (seconds)
         self._cache: OrderedDict[float, np.ndarray] = OrderedDict()
+        # Frames decoded ahead by decode_ahead() and not yet consumed, unconverted (av frames,
+        # refcounted FFmpeg buffers); a None or an exception last: the end or a decode error,
+        # given to the consumer when it reaches that place (see _next_frame).
+        self._ahead: deque = deque()
         self._time_base = 0.0
         self._size: tuple[int, int] = (0, 0)  # (width, height) of the stream's header
         self._cache_layout = False  # channels_first of the cached images
@@ -146,6 +151,7 @@ class VideoReader:
         state = self.__dict__.copy()
         state.update(_container=None, _stream=None, _frames=None, _last_time=None)
         state["_cache"] = OrderedDict()
+        state["_ahead"] = deque()
         return state
 
     def __enter__(self) -> VideoReader:
@@ -167,6 +173,7 @@ class VideoReader:
                 self._frames = None
                 self._last_time = None
                 self._cache.clear()
+                self._ahead.clear()
 
     # -- opening ---------------------------------------------------------------------------
     def _open(self):
@@ -313,8 +320,18 @@ class VideoReader:
         self._last_time = None
         # Frames come out in presentation order from here on; the cache must stay sorted by time.
         self._cache.clear()
+        self._ahead.clear()
 
     def _next_frame(self):
+        """The next decoded frame (None at the end): one held by :meth:`decode_ahead` if any."""
+        if self._ahead:
+            frame = self._ahead.popleft()
+            if isinstance(frame, BaseException):
+                raise frame  # the decode error met ahead, raised where reading reaches it
+            return frame
+        return self._decode()
+
+    def _decode(self):
         try:
             frame = next(self._frames)
         except StopIteration:
@@ -332,6 +349,78 @@ class VideoReader:
             ) from exc
         self.decoded += 1
         return frame
+
+    def decode_ahead(self, until: float, *, tolerance_s: float = 1e-4) -> None:
+        """Decode now the frames after the decoder's position up to time ``until`` (seconds, in
+        the file) and hold them unconverted for the next :meth:`frames_at` calls.
+
+        Nothing changes in what :meth:`frames_at` returns or raises: it takes the held frames
+        first, as if decoding them then, and converts each straight into its place. A decode
+        error (or the end of the stream) met ahead is held in its place and raised (returned)
+        when reading reaches it. Held frames are in FFmpeg's decoded pixel format (YUV 4:2:0:
+        half the bytes of RGB), referenced, not copied; a seek or :meth:`close` drops them, so
+        does :meth:`drop_ahead`. Does nothing when the decoder is not positioned.
+        """
+        if self._frames is None or self._last_time is None:
+            return
+        ahead, tb = self._ahead, self._time_base
+        last = self._last_time
+        if ahead:
+            frame = ahead[-1]
+            if frame is None or isinstance(frame, BaseException):
+                return
+            last = frame.pts * tb if frame.pts is not None else float(frame.time)
+        while last < until - tolerance_s:
+            try:
+                frame = self._decode()
+            except CorruptFileError as exc:
+                ahead.append(exc)
+                return
+            ahead.append(frame)
+            if frame is None:
+                return
+            last = frame.pts * tb if frame.pts is not None else float(frame.time)
+
+    def count_ahead(self, timestamps: Sequence[float], *, tolerance_s: float = 1e-4) -> int:
+        """How many of ``timestamps`` (increasing, after the decoder's position), from the
+        first, are the next held frames (:meth:`decode_ahead`) one to one, each within
+        ``tolerance_s`` and of the stream's size; :meth:`take_ahead` gives those frames.
+
+        Anything else (a gap, a duplicate, a frame of another size, a held error or the end)
+        ends the count there: :meth:`frames_at` reads on from that place, with its checks.
+        """
+        if self._last_time is None:
+            return 0
+        tb, size, count = self._time_base, self._size, 0
+        for frame, want in zip(self._ahead, timestamps, strict=False):
+            if frame is None or isinstance(frame, BaseException):
+                break
+            t = frame.pts * tb if frame.pts is not None else float(frame.time)
+            if abs(want - t) >= tolerance_s or (size[0] and (frame.width, frame.height) != size):
+                break
+            count += 1
+        return count
+
+    def take_ahead(self, count: int) -> list:
+        """The next ``count`` held frames, unconverted (``av.VideoFrame``; :func:`planar_rgb`
+        converts one); the decoder's position moves past them. ``count`` must not exceed
+        :meth:`count_ahead`'s. Frames taken this way do not go into the look-back cache (it
+        serves windows looking back; a camera read this way has none, see
+        :meth:`EpisodeRangeReader.ahead`).
+        """
+        ahead = self._ahead
+        frames = [ahead.popleft() for _ in range(count)]
+        if frames:
+            f = frames[-1]
+            self._last_time = f.pts * self._time_base if f.pts is not None else float(f.time)
+        return frames
+
+    def drop_ahead(self) -> None:
+        """Forget the frames held by :meth:`decode_ahead` (the decoder stays where it is,
+        so the next read seeks)."""
+        if self._ahead:
+            self._ahead.clear()
+            self._last_time = None  # the decoder stands past them: make the next read seek
 
     def _remember(self, t: float, image: np.ndarray) -> None:
         if self.cache_frames == 0:

@@ -8,9 +8,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MetadataMismatchError, describe
+from ..errors import (
+    CorruptFileError,
+    MetadataMismatchError,
+    MissingFileError,
+    VideoDecodeError,
+    describe,
+)
 from ..format.images import decode_image
 from ..format.video import VideoReader
+
+READ_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
+"""What a read of broken data raises (:data:`robo_resume.stream.tuning.SKIP_ERRORS`)."""
 
 
 class EpisodeRangeReader:
@@ -134,6 +143,7 @@ class EpisodeRangeReader:
         """Hand the video decoders back to the builder, which keeps a few open for reuse."""
         videos, self.videos = self.videos, {}
         for v in videos.values():
+            v.drop_ahead()  # frames held for this range go: the memory held stays bounded
             self.builder.release(v)
 
     def items(self, frames: Sequence[int] | range) -> list[dict[str, Any]]:
@@ -162,10 +172,69 @@ class EpisodeRangeReader:
         into ``buffer[rows[i]]`` for ``frames[i]`` (shape :meth:`ItemBuilder.camera_shape`) and
         left out of the result.
         """
-        frames = np.asarray(frames, dtype=np.int64)
+        frames = self._checked(frames)
         if frames.size == 0:
             return {}
-        if (
+        query, pads = self._windows(frames)
+        cams = list(self.ep.videos)
+        for cam in cams:
+            self._video(cam)  # acquire decoders here, not on the decoding threads
+        into = into or {}
+        images = self.builder.map_cameras(
+            lambda cam: self._images(cam, query.get(cam), frames, into.get(cam)), cams
+        )
+        out = {c: im for c, im in zip(cams, images, strict=True) if c not in into}
+        return self._columns(frames, query, pads, out)
+
+    def ahead(self, frames: range) -> tuple[int, dict[str, Any]]:
+        """Columns of the first ``m`` of ``frames`` decoded now, cameras unconverted: ``(m,
+        columns)``, ``m`` as many as decode cleanly (0 when the decoders are not positioned,
+        i.e. before the range's first :meth:`raw`).
+
+        For read-ahead (robo_resume/stream/reading.py): like :meth:`raw` of those frames, but
+        a camera without a delta window is a list of ``m`` decoded ``av.VideoFrame`` s (YUV as
+        decoded, half the bytes of RGB at 4:2:0) that :func:`~robo_resume.format.video.
+        planar_rgb` converts to the values :meth:`raw` gives; cameras with a window are RGB
+        arrays as in :meth:`raw`. ``m`` stops before anything :meth:`raw` would check or raise
+        on (a decode error, a gap, a frame of another size): read normally later, that frame
+        fails in the same read with the same error as without read-ahead.
+        """
+        frames = self._checked(frames)
+        if frames.size == 0:
+            return 0, {}
+        b = self.builder
+        delta = b.delta or {}
+        tol = b.options.tolerance_s
+        cams = list(self.ep.videos)
+        plain = [c for c in cams if c not in delta]
+        rel = self.timestamps[frames - self.lo]
+        times = {c: (self.ep.videos[c].from_timestamp + rel).tolist() for c in plain}
+
+        def decode(cam: str) -> int:
+            video = self._video(cam)
+            video.decode_ahead(times[cam][-1], tolerance_s=tol)
+            return video.count_ahead(times[cam], tolerance_s=tol)
+
+        for cam in plain:
+            self._video(cam)  # acquire decoders here, not on the decoding threads
+        m = min(b.map_cameras(decode, plain), default=len(frames))
+        if m == 0:
+            return 0, {}
+        frames = frames[:m]
+        query, pads = self._windows(frames)
+        try:
+            windowed = {c: self._images(c, query[c], frames) for c in cams if c in delta}
+            cols = self._columns(frames, query, pads, {})
+        except READ_ERRORS:
+            return 0, {}  # nothing ahead: read later, the same read fails the same way
+        out = {c: windowed[c] if c in delta else self.videos[c].take_ahead(m) for c in cams}
+        out.update(cols)  # in an item's key order: cameras first
+        return m, out
+
+    def _checked(self, frames: Sequence[int] | range) -> np.ndarray:
+        """``frames`` as an int64 array, checked to be increasing and inside the range."""
+        frames = np.asarray(frames, dtype=np.int64)
+        if frames.size and (
             frames[0] < self.start
             or frames[-1] >= self.stop
             or (frames.size > 1 and np.any(np.diff(frames) <= 0))
@@ -178,24 +247,23 @@ class EpisodeRangeReader:
                     episode=self.ep.episode_index,
                 )
             )
-        b = self.builder
+        return frames
+
+    def _windows(self, frames: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The frames each delta window of ``frames`` shows (clipped), and the pad flags."""
         length = self.ep.length
-        local = frames - self.lo
-        out: dict[str, np.ndarray] = {}
         query: dict[str, np.ndarray] = {}
         pads: dict[str, np.ndarray] = {}
-        for key, d in (b.delta or {}).items():
+        for key, d in (self.builder.delta or {}).items():
             raw = frames[:, None] + d[None, :]
             query[key] = np.clip(raw, 0, length - 1)
             pads[f"{key}_is_pad"] = (raw < 0) | (raw >= length)
-        cams = list(self.ep.videos)
-        for cam in cams:
-            self._video(cam)  # acquire decoders here, not on the decoding threads
-        into = into or {}
-        images = b.map_cameras(
-            lambda cam: self._images(cam, query.get(cam), frames, into.get(cam)), cams
-        )
-        out.update((c, im) for c, im in zip(cams, images, strict=True) if c not in into)
+        return query, pads
+
+    def _columns(self, frames: np.ndarray, query, pads, out: dict[str, Any]) -> dict[str, Any]:
+        """``out`` (the cameras) followed by the data columns, pad flags and task of ``frames``."""
+        b = self.builder
+        local = frames - self.lo
         for c in b.columns:
             rows = query[c] - self.lo if c in query else local
             out[c] = self._decode(c, rows) if c in b.image_keys else self.rows[c][rows]
