@@ -462,15 +462,20 @@ class VideoReader:
         if n > 1 and np.any(np.diff(ts) < 0):
             raise ValueError("frames_at needs non-decreasing timestamps")
         if out is not None:
-            at = list(range(n)) if rows is None else [int(r) for r in rows]
+            if rows is None:
+                at = list(range(n))
+            elif isinstance(rows, np.ndarray) and rows.dtype.kind in "iu":
+                at = rows.tolist()  # Python ints, as below, without a call per row
+            else:
+                at = [int(r) for r in rows]
             if len(at) != n:
                 raise ValueError(f"frames_at: {n} timestamps but {len(at)} rows of out")
         else:
             at = None
-        filled = np.zeros(n, dtype=bool)
 
         # 1) frames still in the cache (look-back windows)
         if self._cache and self._cache_layout == channels_first:
+            filled = [False] * n
             keys = list(self._cache)
             for i, t in enumerate(ts.tolist()):
                 j = bisect.bisect_left(keys, t - tolerance_s)
@@ -480,7 +485,9 @@ class VideoReader:
                         out = np.empty((n, *image.shape), dtype=np.uint8)
                     out[i if at is None else at[i]] = image
                     filled[i] = True
-        pending = np.flatnonzero(~filled).tolist()
+            pending = [i for i in range(n) if not filled[i]]
+        else:
+            pending = list(range(n))
         if not pending:
             return out
 
