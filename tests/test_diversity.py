@@ -4,7 +4,7 @@ The default stays ``interleave=4``. A larger interleave opens more chunks per st
 batch mixes more episodes (about as many as uniform random sampling at ``6 * batch_size``);
 it keeps every frame exactly once per epoch and resumes exactly. With more open chunks than a
 batch has frames, a chunk of small frames decodes a few frames ahead per visit
-(stream/reading.py): the batches are the same as read frame by frame; the default interleave
+(stream/read_ahead.py): the batches are the same as read frame by frame; the default interleave
 and large frames never read ahead; kept frames stay decoded (YUV) until their batch
 (tests/test_read_ahead.py).
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-import robo_resume.stream.reading as reading
+import robo_resume.stream.read_ahead as read_ahead
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.audit import consume
 from robo_resume.items.ranges import EpisodeRangeReader
@@ -146,7 +146,7 @@ def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
     assert len(ds.chunks) >= 32 and ds._read_ahead(32) > 1  # small frames: read ahead
     frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys) // 2
     assert ds._held_bytes() == frame
-    monkeypatch.setattr(reading, "READ_AHEAD_MAX_FRAME", frame - 1)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_MAX_FRAME", frame - 1)
     assert ds._read_ahead(32) == 1
     calls = []
     raw = EpisodeRangeReader.raw
@@ -166,7 +166,7 @@ def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
 @pytest.mark.parametrize("batch_size", [8, 2])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_read_ahead_yields_the_same_batches(cams, monkeypatch, workers, batch_size, ahead):
-    """Many open chunks decode a few frames per visit and keep the rest (stream/reading.py):
+    """Many open chunks decode a few frames per visit and keep the rest (stream/read_ahead.py):
     the batches (cameras, delta windows, every column) equal those read frame by frame, with
     read-ahead up to ``block_frames`` (every visit after the first served from what is kept)
     and with 3 frames (a visit takes kept frames and decodes more)."""
@@ -193,10 +193,10 @@ def test_read_ahead_yields_the_same_batches(cams, monkeypatch, workers, batch_si
     if ahead == "block":
         assert ds._read_ahead(32) == ds.tuning.block_frames
     else:
-        monkeypatch.setattr(reading, "READ_AHEAD_BYTES", ahead * 32 * ds._held_bytes())
+        monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", ahead * 32 * ds._held_bytes())
         assert ds._read_ahead(32) == ahead
     got = batches()
-    monkeypatch.setattr(reading, "READ_AHEAD_BYTES", 0)  # one frame per read
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 0)  # one frame per read
     assert ds._read_ahead(32) == 1
     plain = batches()
     assert len(got) == len(plain) > 10

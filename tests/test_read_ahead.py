@@ -1,4 +1,4 @@
-"""Read-ahead keeps decoded frames unconverted (stream/reading.py, items/ranges.py ahead()).
+"""Read-ahead keeps decoded frames unconverted (stream/read_ahead.py, items/ranges.py ahead()).
 
 With many open chunks a stream decodes a few frames of a chunk per visit and keeps them as
 decoded (YUV) frames, converting each straight into its batch row later. The batches equal
@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_bad_input_corpus import truncate
 
-import robo_resume.stream.reading as reading
+import robo_resume.stream.read_ahead as read_ahead
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.errors import CorruptFileError, VideoDecodeError
 from robo_resume.format.video import VideoReader
@@ -66,7 +66,7 @@ def test_frames_kept_unconverted_give_the_same_batches(cams, monkeypatch, delta)
     monkeypatch.setattr(VideoReader, "take_ahead", spy)
     got = _batches(cams, delta_timestamps=delta)
     assert sum(taken) > 100  # most frames came from kept decoded frames
-    monkeypatch.setattr(reading, "READ_AHEAD_BYTES", 0)  # one frame per read
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 0)  # one frame per read
     taken.clear()
     plain = _batches(cams, delta_timestamps=delta)
     assert not taken
@@ -77,7 +77,7 @@ def test_frames_kept_unconverted_with_workers(cams, monkeypatch):
     """The same with 2 (forked) workers, windows on a camera and on the action."""
     delta = {"observation.images.cam1": [-0.1, 0.0], "action": [0.0, 0.1, 0.2]}
     got = _batches(cams, 2, delta_timestamps=delta)
-    monkeypatch.setattr(reading, "READ_AHEAD_BYTES", 0)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 0)
     _equal(got, _batches(cams, 2, delta_timestamps=delta))
 
 
@@ -137,7 +137,7 @@ def test_a_video_cut_short_fails_in_the_same_read(factory, tmp_path, monkeypatch
     monkeypatch.setattr(VideoReader, "take_ahead", lambda s, c: taken.append(c) or take(s, c))
     ahead = run()
     assert sum(taken) > 50
-    monkeypatch.setattr(reading, "READ_AHEAD_BYTES", 0)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 0)
     plain = run()
     assert "episode 4" in plain[2] and "Raised while streaming frames" in plain[2], plain[2]
     assert ahead == plain

@@ -15,7 +15,6 @@ from torch.utils.data import get_worker_info
 from ..errors import (
     describe,
 )
-from ..format.video import planar_rgb
 from ..index.elastic import Layout
 from ..index.schedule import (
     Group,
@@ -38,7 +37,8 @@ from ..stream.blocks import (
     _torch_threads,
 )
 from ..stream.lifetime import bind_to_trainer
-from ..stream.tuning import SKIP_ERRORS, StreamTuning
+from ..stream.read_ahead import frames_ahead, held_bytes, take_ahead
+from ..stream.tuning import SKIP_ERRORS
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
 logger = logging.getLogger("robo_resume")
@@ -52,84 +52,12 @@ PLAIN_LOADER_NOTE = (
 )
 
 
-READ_AHEAD_BYTES = 256 << 20
-"""Decoded frames a stream may hold ahead of its batches, counted as :meth:`_Reading._held_bytes`
-(1.5 bytes per pixel for a camera without a window): with 128 open chunks, 4 frames ahead of
-open50's 480x640 frames, 16 (``block_frames``) of 96x96 ones. See ``_Reading._read_ahead``."""
-
-READ_AHEAD_MAX_FRAME = 1 << 20
-"""Largest frame (bytes held, :meth:`_Reading._held_bytes`, all cameras) read ahead. Frames are
-kept as decoded (YUV, referenced, not copied) and converted straight into the batch when read,
-so read-ahead costs no extra copy. CPU time per frame against ``interleave=4``, 0 workers, uint8,
-median [min-max] of 2-3 paired rounds on a loaded 2-core machine (/tmp scripts, 2026-11-27):
-96x96 frames of 2 cameras, batch 32, 128 open: 0.95-0.98x with read-ahead (16 frames), 0.86-0.91x
-with the RGB read-ahead it replaces; open50's 480x640 frames, batch 32, 128 open: 0.83x [0.79-
-0.83] with 4 frames ahead, 0.82x [0.82-0.90] with 8, 0.80x without; batch 16, 64 open: 0.91x
-[0.90-0.96] with 8 frames ahead, 0.83x without. Larger frames were not measured."""
-
-
 def _cores() -> int:
     """CPU cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-_DEFAULT_INTERLEAVE = StreamTuning().interleave  # no read-ahead up to this many open segments
-
-
-def _take_ahead(reader, held, frames: range, stop: int, dest=None):
-    """Columns of ``frames`` of a segment, and what is left decoded ahead ``(n, columns)``.
-
-    ``held`` (or None): frames decoded earlier from ``frames.start`` on (see
-    :meth:`~robo_resume.items.ranges.EpisodeRangeReader.ahead`: cameras without a delta window
-    as decoded, unconverted frames); the rest is read with ``reader.raw`` (into ``dest`` like
-    ``reader.raw(frames, dest)``: ``{camera: (buffer, rows)}``, one row per frame of
-    ``frames``), then the frames up to ``stop`` (>= ``frames.stop``) are decoded and kept (fewer
-    where ``ahead`` stops early). Values are the same as one ``reader.raw(frames, dest)``; each
-    kept frame is converted straight into its place in ``dest``.
-    """
-    start, count, pieces = frames.start, len(frames), []
-    if held is not None:
-        n, cols = held
-        m = min(n, count)
-        piece = {k: v[:m] for k, v in cols.items()}
-        for cam, (buf, rows) in (dest or {}).items():
-            if cam in piece:
-                _put(piece.pop(cam), buf, rows[:m])
-        pieces.append({k: _rgb(v) for k, v in piece.items()})
-        held = (n - m, {k: v[m:] for k, v in cols.items()}) if n > m else None
-        if dest:
-            dest = {cam: (buf, rows[m:]) for cam, (buf, rows) in dest.items()}
-        start, count = start + m, count - m
-    if count:
-        pieces.append(reader.raw(range(start, start + count), dest))
-        if stop > start + count:
-            n, cols = reader.ahead(range(start + count, stop))
-            held = (n, cols) if n else None
-    if len(pieces) == 1:
-        return pieces[0], held
-    return {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}, held
-
-
-def _put(frames, buf: np.ndarray, rows: np.ndarray) -> None:
-    """Write a camera's kept frames (RGB rows, or decoded frames) into ``buf[rows]``."""
-    if isinstance(frames, list):
-        for r, frame in zip(rows.tolist(), frames, strict=True):
-            planar_rgb(frame, buf[r])
-    else:
-        buf[rows] = frames
-
-
-def _rgb(frames):
-    """A kept column as numpy: decoded frames converted to RGB ``(n, 3, H, W)``."""
-    if not isinstance(frames, list):
-        return frames
-    out = np.empty((len(frames), 3, frames[0].height, frames[0].width), dtype=np.uint8)
-    for i, frame in enumerate(frames):
-        planar_rgb(frame, out[i])
-    return out
 
 
 class _Reading:
@@ -393,7 +321,7 @@ class _Reading:
                         return readers[j].raw(frames, dest)
                     # a few frames at a time: decode ahead, keep the rest
                     stop = min(segs[j].stop, frames.start + max(len(frames), ahead))
-                    raw, held[j] = _take_ahead(readers[j], held[j], frames, stop, dest)
+                    raw, held[j] = take_ahead(readers[j], held[j], frames, stop, dest)
                     return raw
 
                 # Open the chunks' readers here (parquet tables are read on this thread), then
@@ -459,41 +387,19 @@ class _Reading:
                     r.close()
 
     def _read_ahead(self, open_segments: int) -> int:
-        """Frames decoded per read of a segment when a block wants fewer (1: no read-ahead).
-
-        With at least as many open segments as a batch has frames (a large
-        ``StreamTuning.interleave``), a batch takes about one frame from each: decoding a few
-        frames per visit and keeping the rest for the segment's next frames saves visits, within
-        :data:`READ_AHEAD_BYTES` per stream (frames kept as decoded, see :meth:`_held_bytes`)
-        and at most ``block_frames``. Off up to the default interleave's number of open
-        segments (4), whatever the batch size: the default reads as without read-ahead. Off for
-        frames (all cameras) above :data:`READ_AHEAD_MAX_FRAME` (not measured there). Off with
-        ``on_error="skip"`` (skips are recorded per read; read-ahead keeps a decode error in its
-        place, but the skip path was not re-checked with it).
-        """
-        if (
-            self.on_error == "skip"
-            or open_segments < self.batch_size
-            or open_segments <= _DEFAULT_INTERLEAVE
-        ):
-            return 1  # a batch takes several frames per open segment: decoded into the batch
-        frame = self._held_bytes()
-        if frame > READ_AHEAD_MAX_FRAME:
-            return 1  # frames larger than any measured
-        per = READ_AHEAD_BYTES // (open_segments * frame)
-        return int(max(1, min(self.tuning.block_frames, per)))
+        """Frames decoded per read of a segment when a block wants fewer (1: no read-ahead);
+        see :func:`~robo_resume.stream.read_ahead.frames_ahead`."""
+        return frames_ahead(
+            open_segments,
+            batch_size=self.batch_size,
+            skip=self.on_error == "skip",
+            frame_bytes=self._held_bytes(),
+            block_frames=self.tuning.block_frames,
+        )
 
     def _held_bytes(self) -> int:
-        """Bytes one frame (all cameras) takes while read ahead: a camera without a delta window
-        is kept as decoded, 8-bit YUV 4:2:0 (1.5 bytes per pixel, what LeRobot writes); one
-        with a window as RGB, its whole window."""
-        total = 0
-        for cam in self.meta.camera_keys:
-            shape = self.items.camera_shape(cam)
-            if shape is not None:
-                size = int(np.prod(shape))
-                total += size if len(shape) == 4 else size // 2
-        return total or 1
+        """Bytes one frame (all cameras) takes while read ahead (:func:`held_bytes`)."""
+        return held_bytes(self.items.camera_shape(c) for c in self.meta.camera_keys)
 
     # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
     def stream_batches(
