@@ -5,8 +5,9 @@ new frame, whose planes then have to be copied into the batch. This module calls
 library PyAV itself ships (the same build, so the same conversion) through ``ctypes``: one
 context per thread and source format is kept, and the conversion writes planar RGB (FFmpeg's
 ``gbrp``) directly into the three planes of a ``(3, H, W)`` uint8 array. Measured on one core
-of this project's machine: 96x96 frames 52 -> 17 us, 480x640 frames 314 -> 115 us per frame
-(the convert-then-copy path against this one). ``ctypes`` releases the GIL during the call.
+of this project's machine: 96x96 frames 52 -> 16 us, 480x640 frames 314 -> 161 us per frame
+(the convert-then-copy path against this one). The call releases the GIL for frames of at least
+:data:`_RELEASE_GIL_FROM` pixels.
 
 The arguments are those ``reformat(format="gbrp")`` uses (same size, bilinear flag, no
 colourspace change), so the values are the same; :func:`robo_resume.format.video.planar_rgb`
@@ -28,6 +29,11 @@ __all__ = ["available", "convert_gbrp"]
 
 _UINT8 = np.dtype(np.uint8)
 _SWS_BILINEAR = 2  # what PyAV's reformat uses by default
+_RELEASE_GIL_FROM = 128 * 128
+"""Pixels per frame from which the conversion releases the GIL. Below it the call keeps the GIL:
+factory 96x96 frames (2 cameras, AV1), num_workers=0, 2 decoding threads, quiet machine, median
+of 3 paired runs of 80 batches: 1.07x the frames/s of one thread when every conversion released
+the GIL, 1.10x when it kept it (with delta windows 1.06x and 1.12x)."""
 _ALIGN = 16  # destination rows at least this aligned, so swscale takes its SIMD code path
 
 
@@ -59,7 +65,12 @@ class _Libs:
         sws.sws_scale.restype = ctypes.c_int
         sws.sws_freeContext.argtypes = [ctypes.c_void_p]
         sws.sws_freeContext.restype = None
-        self.sws, self.avutil = sws, avutil
+        # The same function, called with the GIL held (ctypes.PyDLL): for a small frame,
+        # handing the GIL to another thread and taking it back costs more than the few
+        # microseconds of conversion it would free.
+        held = ctypes.PyDLL(sws._name).sws_scale
+        held.argtypes, held.restype = sws.sws_scale.argtypes, sws.sws_scale.restype
+        self.sws, self.avutil, self.scale_holding_gil = sws, avutil, held
         self.gbrp = avutil.av_get_pix_fmt(b"gbrp")
         self.formats: dict[str, int] = {}
         if self.gbrp < 0:
@@ -168,4 +179,5 @@ def convert_gbrp(frame, out: np.ndarray) -> bool:
     plane = h * w
     dst[0], dst[1], dst[2] = base + plane, base + 2 * plane, base  # gbrp: G, B, R
     dst_strides[0] = dst_strides[1] = dst_strides[2] = w
-    return libs.sws.sws_scale(ptr, src, strides, 0, h, dst, dst_strides) == h
+    scale = libs.sws.sws_scale if plane >= _RELEASE_GIL_FROM else libs.scale_holding_gil
+    return scale(ptr, src, strides, 0, h, dst, dst_strides) == h
