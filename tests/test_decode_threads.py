@@ -48,3 +48,19 @@ def test_threads_give_the_batches_of_one_thread(factory, cameras, delta):
     _same(one, _batches(ds.root, 4, image_dtype="uint8", **kw))
     # the batches really hold several chunks (what the threads split)
     assert max(len(set(b["episode_index"].tolist())) for b in one) >= 3
+
+
+@pytest.mark.parametrize(
+    ("size", "cameras", "threads"), [((48, 64), 1, 1), ((48, 64), 2, 2), ((64, 64), 1, 2)]
+)
+def test_default_threads_follow_the_frame_size(factory, size, cameras, threads, monkeypatch):
+    """num_workers=0: one thread per camera, and 2 from 64x64-pixel frames (tiny frames lose
+    more to GIL hand-offs than a second thread gives)."""
+    import robo_resume.stream.reading as reading
+
+    monkeypatch.setattr(reading, "_cores", lambda: 2)
+    h, w = size
+    ds = factory(num_cameras=cameras, episode_lengths=(20, 20), height=h, width=w)
+    data = ChunkedEpisodeDataset(ds.root, batch_size=4, chunk_frames=8)
+    next(iter(data.dataloader(num_workers=0)))
+    assert data.items.camera_threads == threads
