@@ -135,8 +135,9 @@ def truncate(path: Path, fraction: float) -> None:
     path.write_bytes(data[: int(len(data) * fraction)])
 
 
-def faststart_then_truncate(path: Path) -> None:
-    """Move the mp4 index to the front (as many tools do), then cut the frame data short."""
+def faststart_then_truncate(path: Path, fraction: float = 0.6) -> None:
+    """Move the mp4 index to the front (as many tools do), then cut the frame data short (at
+    ``fraction`` of the file)."""
     import av
 
     tmp = path.with_suffix(".tmp.mp4")
@@ -147,7 +148,7 @@ def faststart_then_truncate(path: Path) -> None:
                 packet.stream = stream
                 o.mux(packet)
     tmp.replace(path)
-    truncate(path, 0.6)
+    truncate(path, fraction)
 
 
 def audio_only_mp4(path: Path) -> None:

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from test_bad_input_corpus import truncate
+from test_bad_input_corpus import faststart_then_truncate
 
 import robo_resume.stream.read_ahead as read_ahead
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
@@ -94,21 +94,6 @@ def test_held_bytes_count_decoded_frames_at_half_rgb(cams):
     assert ds._held_bytes() == 2 * rgb[0] + rgb[1] // 2
 
 
-def _cut(path, fraction: float) -> None:
-    """Move the mp4 index to the front, then cut the frame data at ``fraction`` of the file."""
-    import av
-
-    tmp = path.with_suffix(".tmp.mp4")
-    with av.open(str(path)) as src, av.open(str(tmp), "w", options={"movflags": "faststart"}) as o:
-        stream = o.add_stream_from_template(src.streams.video[0])
-        for packet in src.demux(src.streams.video[0]):
-            if packet.dts is not None:
-                packet.stream = stream
-                o.mux(packet)
-    tmp.replace(path)
-    truncate(path, fraction)
-
-
 def test_a_video_cut_short_fails_in_the_same_read(factory, tmp_path, monkeypatch):
     """Episode 4's mp4 of cam1 (61 frames) is cut part way (its index kept at the front):
     frames from about 24 on do not decode. Read ahead, a decode failure is met while decoding
@@ -120,7 +105,7 @@ def test_a_video_cut_short_fails_in_the_same_read(factory, tmp_path, monkeypatch
     src = factory(episode_lengths=LENGTHS, num_cameras=2, episodes_per_file=1, codec="h264", gop=4)
     shutil.copytree(src.root, root)
     meta = ChunkedEpisodeDataset(root, batch_size=8).meta
-    _cut(root / meta.episode(4).videos["observation.images.cam1"].path, 0.7)
+    faststart_then_truncate(root / meta.episode(4).videos["observation.images.cam1"].path, 0.7)
 
     def run():
         ds = ChunkedEpisodeDataset(
