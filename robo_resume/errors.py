@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "BROKEN_DATA_ERRORS",
     "CorruptFileError",
     "DatasetFormatError",
     "MetadataMismatchError",
@@ -122,6 +123,10 @@ class MissingFileError(RoboResumeError, FileNotFoundError):
 
 class VideoDecodeError(RoboResumeError, RuntimeError):
     """Decoding did not produce the requested frames (timestamps outside tolerance, short video)."""
+
+
+BROKEN_DATA_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
+"""What reading a broken or missing file of a dataset raises (``on_error="skip"`` skips these)."""
 
 
 class ResumeStateError(RoboResumeError, ValueError):

@@ -9,17 +9,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import (
-    CorruptFileError,
+    BROKEN_DATA_ERRORS,
     MetadataMismatchError,
-    MissingFileError,
-    VideoDecodeError,
     describe,
 )
 from ..format.images import decode_image
 from ..format.video import VideoReader
-
-READ_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
-"""What a read of broken data raises (:data:`robo_resume.stream.tuning.SKIP_ERRORS`)."""
 
 
 class EpisodeRangeReader:
@@ -225,7 +220,7 @@ class EpisodeRangeReader:
         try:
             windowed = {c: self._images(c, query[c], frames) for c in cams if c in delta}
             cols = self._columns(frames, query, pads, {})
-        except READ_ERRORS:
+        except BROKEN_DATA_ERRORS:
             return 0, {}  # nothing ahead: read later, the same read fails the same way
         out = {c: windowed[c] if c in delta else self.videos[c].take_ahead(m) for c in cams}
         out.update(cols)  # in an item's key order: cameras first

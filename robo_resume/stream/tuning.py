@@ -6,13 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (
-    CorruptFileError,
-    MetadataMismatchError,
-    MissingFileError,
-    VideoDecodeError,
-    describe,
-)
+from ..errors import BROKEN_DATA_ERRORS, describe
 from ..index.schedule import (
     TAILS,
 )
@@ -31,7 +25,7 @@ are not read (construction stays cheap for short-GOP datasets of many files)."""
 ON_ERROR = ("raise", "skip")
 """Values of ``ChunkedEpisodeDataset(on_error=...)``."""
 
-SKIP_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, MetadataMismatchError)
+SKIP_ERRORS = BROKEN_DATA_ERRORS
 """Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
 
 
