@@ -197,3 +197,61 @@ def test_random_order_with_camera_window(factory, codec, gop):
         frames = reader[i][cam]
         for k, d in enumerate((-2, -1, 0)):
             assert decode_frame_identity(frames[k]) == (e, max(f + d, 0), 0), (i, k)
+
+
+def _list_column(rows, value_type):
+    import pyarrow as pa
+
+    # two chunks, sliced: what a read of row groups gives before column_to_numpy
+    table = pa.table({"x": pa.array(rows, type=pa.list_(value_type))})
+    return pa.concat_tables([table.slice(0, 3), table.slice(3)]).slice(1).column("x")
+
+
+@pytest.mark.parametrize("value_type", ["float32", "float64", "int64", "bool"])
+def test_variable_list_columns_convert_like_their_python_lists(value_type):
+    # lerobot's own datasets store vectors as list<float> (open50): converted in one numpy call,
+    # the values and the element dtype of the column, row by row as the Python lists hold them
+    import pyarrow as pa
+
+    from robo_resume.format.tabular import column_to_numpy
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(7, 5)).astype(value_type).tolist()
+    column = _list_column(rows, pa.from_numpy_dtype(np.dtype(value_type)))
+    got = column_to_numpy(column, name="x", file=None)
+    assert got.shape == (6, 5) and got.dtype == np.dtype(value_type)
+    assert got.tolist() == rows[1:]
+
+
+def test_ragged_list_columns_are_refused_with_their_lengths(tmp_path):
+    import pyarrow as pa
+
+    from robo_resume.errors import CorruptFileError
+    from robo_resume.format.tabular import column_to_numpy
+
+    column = _list_column([[1.0, 2.0]] * 4 + [[1.0, 2.0, 3.0]] + [[1.0, 2.0]], pa.float32())
+    with pytest.raises(CorruptFileError) as info:
+        column_to_numpy(column, name="action", file=tmp_path / "f.parquet", first_row=100)
+    text = str(info.value)
+    assert "Column 'action' holds lists of different lengths" in text
+    assert "lengths [2, 3], the first other than 2 in row 103" in text and "f.parquet" in text
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_null_values_inside_lists_are_refused_not_read_as_nan(tmp_path, fixed):
+    # arrow converts a null float to NaN: a NaN action fed to training, silently (lerobot's
+    # own list columns are list<float>; a fixed-size list is what datasets' Sequence writes)
+    import pyarrow as pa
+
+    from robo_resume.errors import CorruptFileError
+    from robo_resume.format.tabular import column_to_numpy
+
+    rows = [[1.0, 2.0], [3.0, 4.0], [5.0, None], [7.0, 8.0]]
+    column = _list_column(rows, pa.float32())
+    if fixed:
+        column = column.cast(pa.list_(pa.float32(), 2))
+    with pytest.raises(CorruptFileError) as info:
+        column_to_numpy(column, name="action", file=tmp_path / "f.parquet", first_row=10)
+    text = str(info.value)
+    assert "column 'action' holds null values inside its lists" in text
+    assert "1 null elements, the first in row 11" in text and "f.parquet" in text

@@ -32,31 +32,61 @@ from ..errors import CorruptFileError, MetadataMismatchError, MissingFileError, 
 __all__ = ["ParquetTable", "column_to_numpy"]
 
 
-def column_to_numpy(column, *, name: str, file: Path) -> np.ndarray:
-    """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D."""
+def column_to_numpy(column, *, name: str, file: Path, first_row: int = 0) -> np.ndarray:
+    """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D.
+
+    Lists of one length convert in one call to an array of their element type; lists of
+    different lengths, or holding nulls among their values, raise :class:`CorruptFileError`
+    naming the column, the file and (from ``first_row``, the file row of the column's first
+    row) the row.
+    """
     import pyarrow as pa
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     t = column.type
     if pa.types.is_fixed_size_list(t):
-        width = t.list_size
-        values = column.flatten().to_numpy(zero_copy_only=False)
-        return values.reshape(len(column), width)
+        values = column.flatten()
+        _refuse_null_values(values, t.list_size, name=name, file=file, first_row=first_row)
+        return values.to_numpy(zero_copy_only=False).reshape(len(column), t.list_size)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        lists = column.to_pylist()
-        try:
-            return np.asarray(lists, dtype=np.asarray(lists[0]).dtype if lists else np.float32)
-        except ValueError as exc:
+        if len(column) == 0:
+            return np.zeros((0, 0), dtype=t.value_type.to_pandas_dtype())
+        offsets = column.offsets.to_numpy()
+        widths = np.diff(offsets)
+        if widths.min() != widths.max():
             raise CorruptFileError(
                 describe(
                     f"Column '{name}' holds lists of different lengths",
                     expected="the same length in every row",
-                    found={len(x) for x in lists if x is not None},
+                    found=f"lengths {sorted(set(widths.tolist()))}, the first other than "
+                    f"{int(widths[0])} in row {first_row + int(np.argmax(widths != widths[0]))}",
                     file=file,
                 )
-            ) from exc
+            )
+        values = column.flatten()
+        _refuse_null_values(values, int(widths[0]), name=name, file=file, first_row=first_row)
+        return values.to_numpy(zero_copy_only=False).reshape(len(column), int(widths[0]))
     return column.to_numpy(zero_copy_only=False)
+
+
+def _refuse_null_values(values, width: int, *, name: str, file: Path, first_row: int) -> None:
+    """Raise if the flattened list values of a column hold nulls (they would become NaN)."""
+    if values.null_count == 0:
+        return
+    import pyarrow.compute as pc
+
+    k = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
+    raise CorruptFileError(
+        describe(
+            f"A data file's column '{name}' holds null values inside its lists",
+            expected="a number in every element of every row",
+            found=f"{values.null_count} null elements, the first in row "
+            f"{first_row + k // max(width, 1)}",
+            file=file,
+            fix="the file is damaged or was written with missing values; download it again",
+        )
+    )
 
 
 _KINDS = {"float": "f", "int": "iu", "uint": "iu", "bool": "b"}
@@ -246,7 +276,7 @@ class ParquetTable:
                     column = pc.struct_field(column, "bytes")
             if column.null_count:
                 self._refuse_nulls(c, column, episode, start)
-            out[c] = column_to_numpy(column, name=c, file=self.path)
+            out[c] = column_to_numpy(column, name=c, file=self.path, first_row=start)
             self._check_shape(c, out[c], episode)
         if "timestamp" in out:
             self._check_timestamps(out, episode, start)
