@@ -546,6 +546,21 @@ CASES = [
         2,
     ),
     Case(
+        "null_inside_a_list_value",
+        _no_donor(
+            lambda r: set_rows(
+                r / DATA1,
+                "observation.state",
+                lambda v: [[None, *x[1:]] if i == 3 else x for i, x in enumerate(v)],
+            )
+        ),
+        CorruptFileError,
+        rf"column 'observation\.state' holds null values inside its lists.*first in row 3.*"
+        rf"{_f(DATA1)}, episode 2.*Fix",
+        "read",
+        2,
+    ),
+    Case(
         "task_index_without_task",
         _no_donor(lambda r: set_rows(r / DATA1, "task_index", lambda v: [7] * len(v))),
         MetadataMismatchError,

@@ -255,3 +255,63 @@ def test_null_values_inside_lists_are_refused_not_read_as_nan(tmp_path, fixed):
     text = str(info.value)
     assert "column 'action' holds null values inside its lists" in text
     assert "1 null elements, the first in row 11" in text and "f.parquet" in text
+
+
+def test_row_group_cache_gives_the_plain_reads_values_within_its_budget(factory):
+    # random row ranges across the factory's 16-row groups: the same values and dtypes as a
+    # table without the cache, the kept groups within the budget, and read-only (a caller
+    # writing into rows it was given would change what the next chunk reads)
+    import pickle
+
+    from robo_resume.format.tabular import RowGroupCache
+
+    ds = factory(episode_lengths=(40, 70, 55), num_cameras=1)
+    meta = load_metadata(ds.root)
+    path = ds.root / meta.episode(0).data_path
+    cols = ["timestamp", "frame_index", "episode_index", "index", "action", "observation.state"]
+    cache = RowGroupCache(max_bytes=6000)
+    cached, plain = ParquetTable(path, cache=cache), ParquetTable(path)
+    plain.check_rows(1, episode=0)
+    n = plain.num_rows
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        a = int(rng.integers(0, n - 1))
+        b = int(rng.integers(a + 1, n + 1))
+        got, want = cached.read(a, b, cols), plain.read(a, b, cols)
+        for c in cols:
+            assert got[c].dtype == want[c].dtype and np.array_equal(got[c], want[c]), (a, b, c)
+        assert 0 < cache.bytes <= 6000
+    assert len(cached._rg_starts) > 4  # several groups, so ranges did cross them
+    got = cached.read(0, 2, cols)  # inside the first group: a view of what the cache keeps
+    with pytest.raises(ValueError, match="read-only"):
+        got["action"][0, 0] = 1.0
+    assert pickle.loads(pickle.dumps(cache)).bytes == 0  # each process fills its own
+
+
+def test_row_group_cache_keeps_a_bad_row_to_the_reads_that_cover_it(factory, tmp_path):
+    # a null in one row: reads of the other rows of its row group still succeed, and a read
+    # covering it fails naming that row, as without the cache (a chunk is skipped only where
+    # its own rows are bad)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from robo_resume.errors import CorruptFileError
+    from robo_resume.format.tabular import RowGroupCache
+
+    ds = factory(episode_lengths=(40,), num_cameras=1)
+    path = ds.root / load_metadata(ds.root).episode(0).data_path
+    table = pq.read_table(path)
+    state = table.column("observation.state").to_pylist()
+    state[20] = None
+    i = table.schema.get_field_index("observation.state")
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(
+        table.set_column(i, "observation.state", pa.array(state, table.schema.field(i).type)),
+        bad,
+        row_group_size=16,
+    )
+    t = ParquetTable(bad, cache=RowGroupCache())
+    assert t.read(16, 20, ["observation.state"])["observation.state"].shape == (4, 4)
+    assert t.read(21, 32, ["observation.state"])["observation.state"].shape == (11, 4)
+    with pytest.raises(CorruptFileError, match=r"holds nulls.*first at row 20"):
+        t.read(18, 24, ["observation.state"])

@@ -21,6 +21,8 @@ Checks (cheap: once per file, or vectorised over the rows read):
 from __future__ import annotations
 
 import bisect
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,16 +31,18 @@ import numpy as np
 
 from ..errors import CorruptFileError, MetadataMismatchError, MissingFileError, describe
 
-__all__ = ["ParquetTable", "column_to_numpy"]
+__all__ = ["ParquetTable", "RowGroupCache", "column_to_numpy"]
 
 
-def column_to_numpy(column, *, name: str, file: Path, first_row: int = 0) -> np.ndarray:
+def column_to_numpy(
+    column, *, name: str, file: Path, first_row: int = 0, episode: int | None = None
+) -> np.ndarray:
     """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D.
 
     Lists of one length convert in one call to an array of their element type; lists of
     different lengths, or holding nulls among their values, raise :class:`CorruptFileError`
-    naming the column, the file and (from ``first_row``, the file row of the column's first
-    row) the row.
+    naming the column, the file, ``episode`` and (from ``first_row``, the file row of the
+    column's first row) the row.
     """
     import pyarrow as pa
 
@@ -47,7 +51,7 @@ def column_to_numpy(column, *, name: str, file: Path, first_row: int = 0) -> np.
     t = column.type
     if pa.types.is_fixed_size_list(t):
         values = column.flatten()
-        _refuse_null_values(values, t.list_size, name=name, file=file, first_row=first_row)
+        _refuse_null_values(values, t.list_size, name, file, first_row, episode)
         return values.to_numpy(zero_copy_only=False).reshape(len(column), t.list_size)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         if len(column) == 0:
@@ -62,15 +66,18 @@ def column_to_numpy(column, *, name: str, file: Path, first_row: int = 0) -> np.
                     found=f"lengths {sorted(set(widths.tolist()))}, the first other than "
                     f"{int(widths[0])} in row {first_row + int(np.argmax(widths != widths[0]))}",
                     file=file,
+                    episode=episode,
+                    fix="every row of a feature holds the same number of values; download the "
+                    "file again or rewrite the column",
                 )
             )
         values = column.flatten()
-        _refuse_null_values(values, int(widths[0]), name=name, file=file, first_row=first_row)
+        _refuse_null_values(values, int(widths[0]), name, file, first_row, episode)
         return values.to_numpy(zero_copy_only=False).reshape(len(column), int(widths[0]))
     return column.to_numpy(zero_copy_only=False)
 
 
-def _refuse_null_values(values, width: int, *, name: str, file: Path, first_row: int) -> None:
+def _refuse_null_values(values, width: int, name: str, file: Path, first_row: int, episode) -> None:
     """Raise if the flattened list values of a column hold nulls (they would become NaN)."""
     if values.null_count == 0:
         return
@@ -84,6 +91,7 @@ def _refuse_null_values(values, width: int, *, name: str, file: Path, first_row:
             found=f"{values.null_count} null elements, the first in row "
             f"{first_row + k // max(width, 1)}",
             file=file,
+            episode=episode,
             fix="the file is damaged or was written with missing values; download it again",
         )
     )
@@ -128,6 +136,55 @@ def _is_declared_kind(t, feature: Mapping[str, Any]) -> bool:
     return pa.types.is_binary(inner) or pa.types.is_large_binary(inner)
 
 
+class RowGroupCache:
+    """Decoded row groups of parquet files, least recently used dropped beyond ``max_bytes``.
+
+    Shared by the :class:`ParquetTable` s of one dataset (an :class:`~robo_resume.items.
+    ItemBuilder`). A chunk of frames reads the row groups around it, and the next chunks of
+    the same episode (or file) read most of them again: every read of a file written as one
+    row group (lerobot's own, e.g. open50) decoded the whole file. Holds numpy columns, marked
+    read-only; a group larger than a quarter of ``max_bytes`` is not kept. Thread-safe.
+    Pickles empty (each process fills its own).
+    """
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._groups: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+        self._sizes: dict[tuple, int] = {}
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {"max_bytes": self.max_bytes}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state["max_bytes"])
+
+    def get(self, key: tuple) -> dict[str, np.ndarray] | None:
+        """The columns stored under ``key``, now the most recently used (None: not held)."""
+        with self._lock:
+            got = self._groups.get(key)
+            if got is not None:
+                self._groups.move_to_end(key)
+            return got
+
+    def put(self, key: tuple, columns: dict[str, np.ndarray]) -> None:
+        """Keep ``columns`` under ``key`` (not when larger than a quarter of the budget)."""
+        size = sum(v.nbytes for v in columns.values())
+        if size * 4 > self.max_bytes:
+            return
+        for v in columns.values():
+            v.flags.writeable = False
+        with self._lock:
+            if key in self._groups:
+                return
+            self._groups[key], self._sizes[key] = columns, size
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                old, _ = self._groups.popitem(last=False)
+                self.bytes -= self._sizes.pop(old)
+
+
 class ParquetTable:
     """Lazy reader of one parquet file; ``read(start, stop, columns)`` returns numpy columns.
 
@@ -137,6 +194,8 @@ class ParquetTable:
             within ``tolerance_s`` (pass it when timestamps index video frames).
         tolerance_s: see ``fps`` (lerobot's default 1e-4 s).
         features: info.json's features; when given, column kinds must match their dtypes.
+        cache: where decoded row groups are kept for later reads (:class:`RowGroupCache`);
+            string and image columns, and groups with nulls, are always read anew.
 
     Not thread-safe; cheap to construct (the footer is read on first use). Picklable before
     first use, so it can be created in the main process and used in DataLoader workers. See the
@@ -150,14 +209,17 @@ class ParquetTable:
         fps: float | None = None,
         tolerance_s: float = 1e-4,
         features: Mapping[str, Mapping[str, Any]] | None = None,
+        cache: RowGroupCache | None = None,
     ) -> None:
         self.path = Path(path)
+        self.cache = cache
         self.fps = fps
         self.tolerance_s = tolerance_s
         self.features = features
         self._file = None
         self._rg_starts: list[int] = []
         self._typed: set[str] = set()  # columns whose type was checked
+        self._shapes_ok: set[tuple] = set()  # (column, value shape) found as declared
         self.num_rows = -1
         self.columns: tuple[str, ...] = ()
 
@@ -247,6 +309,14 @@ class ParquetTable:
         first = bisect.bisect_right(self._rg_starts, start) - 1
         last = bisect.bisect_left(self._rg_starts, stop) - 1
         groups = list(range(max(first, 0), max(last, first) + 1))
+        if self.cache is not None and groups:
+            out = self._read_cached(f, groups, start, stop, columns)
+            if out is not None:
+                for c in columns:
+                    self._check_shape(c, out[c], episode)
+                if "timestamp" in out:
+                    self._check_timestamps(out, episode, start)
+                return out
         try:
             # One thread: a chunk's rows are few, and Arrow's thread pool costs more than it
             # saves there (5 row groups of 16 rows: 540 -> 400 us); the loader's workers or
@@ -276,11 +346,55 @@ class ParquetTable:
                     column = pc.struct_field(column, "bytes")
             if column.null_count:
                 self._refuse_nulls(c, column, episode, start)
-            out[c] = column_to_numpy(column, name=c, file=self.path, first_row=start)
+            out[c] = column_to_numpy(
+                column, name=c, file=self.path, first_row=start, episode=episode
+            )
             self._check_shape(c, out[c], episode)
         if "timestamp" in out:
             self._check_timestamps(out, episode, start)
         return out
+
+    def _read_cached(self, f, groups: list[int], start: int, stop: int, columns: Sequence[str]):
+        """Rows ``[start, stop)`` of ``columns`` from decoded row groups, the missing ones read
+        (together) and kept in :attr:`cache`; None where that cannot be done (string or image
+        columns; nulls or anything :func:`column_to_numpy` refuses in a group read: the plain
+        path then reads the rows asked for and raises what it raises for them)."""
+        if any(self._declared(c) in ("string", "image") for c in columns):
+            return None
+        cols = tuple(columns)
+        keys = [(str(self.path), g, cols) for g in groups]
+        parts = [self.cache.get(k) for k in keys]
+        missing = [g for g, part in zip(groups, parts, strict=True) if part is None]
+        if missing:
+            try:
+                table = f.read_row_groups(missing, columns=list(cols), use_threads=False)
+                decoded = {}
+                for c in cols:
+                    column = table.column(c)
+                    if column.null_count:
+                        return None
+                    decoded[c] = column_to_numpy(column, name=c, file=self.path)
+            except Exception:  # the plain path reads the rows asked for and reports
+                return None
+            at = 0
+            for g in missing:
+                n = self._group_rows(g)
+                # own copies when several groups were read: a kept group must not hold the others
+                part = {c: v[at : at + n] for c, v in decoded.items()}
+                if len(missing) > 1:
+                    part = {c: v.copy() for c, v in part.items()}
+                at += n
+                parts[groups.index(g)] = part
+                self.cache.put(keys[groups.index(g)], part)
+        base = self._rg_starts[groups[0]]
+        if len(parts) == 1:
+            return {c: parts[0][c][start - base : stop - base] for c in cols}
+        return {c: np.concatenate([p[c] for p in parts])[start - base : stop - base] for c in cols}
+
+    def _group_rows(self, g: int) -> int:
+        """Rows in row group ``g``."""
+        nxt = self._rg_starts[g + 1] if g + 1 < len(self._rg_starts) else self.num_rows
+        return nxt - self._rg_starts[g]
 
     def _declared(self, c: str) -> str:
         """The dtype info.json declares for column ``c`` ("" if none)."""
@@ -316,9 +430,13 @@ class ParquetTable:
 
     def _check_shape(self, c: str, values: np.ndarray, episode: int | None) -> None:
         """Values per row equal the declared shape's size (lerobot refuses other shapes)."""
+        seen = (c, values.shape[1:])
+        if seen in self._shapes_ok:
+            return
         feature = (self.features or {}).get(c) or {}
         shape = feature.get("shape")
         if _declared_kind(feature.get("dtype")) is None or not isinstance(shape, list | tuple):
+            self._shapes_ok.add(seen)
             return
         want = int(np.prod(shape, dtype=np.int64))
         got = int(np.prod(values.shape[1:], dtype=np.int64))
@@ -334,6 +452,7 @@ class ParquetTable:
                     "the column; lerobot refuses this dataset too",
                 )
             )
+        self._shapes_ok.add(seen)
 
     def _check_types(self, columns: Sequence[str], episode: int | None) -> None:
         """Refuse non-numeric columns, and kinds that contradict info.json (once per column)."""

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import MetadataMismatchError, describe
 from ..format.metadata import DatasetMeta, EpisodeInfo
-from ..format.tabular import ParquetTable
+from ..format.tabular import ParquetTable, RowGroupCache
 from ..format.validate import inside_root
 from ..format.video import VideoReader
 from .buffers import (
@@ -52,6 +52,7 @@ class ItemBuilder:
         self.image_keys = frozenset(meta.image_keys)  # decoded from parquet bytes in raw()
         self._strings = frozenset(meta.string_keys)
         self._tables: dict[str, ParquetTable] = {}
+        self._row_groups = RowGroupCache()  # decoded parquet rows the next chunks read again
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
         self.decoder_threads = self.options.decoder_threads
         self.camera_threads = 1  # threads decoding concurrently (the stream sets it)
@@ -107,6 +108,7 @@ class ItemBuilder:
                 fps=self.meta.fps if self.meta.camera_keys else None,
                 tolerance_s=self.options.tolerance_s,
                 features=self.meta.features,
+                cache=self._row_groups,
             )
             self._tables[ep.data_path] = t
         if ep.data_path not in self._checked:
