@@ -178,7 +178,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, pa
         video, "convert_gbrp", skewed_direct if path_taken == "direct" else lambda f, o: False
     )
 
-    def skewed(frame, out):  # an FFmpeg whose gbrp output is off by one
+    def skewed(frame, out, address=None):  # an FFmpeg whose gbrp output is off by one
         class Skewed:
             def __getattr__(self, name):
                 return getattr(frame, name)
@@ -187,7 +187,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, pa
                 g = frame.reformat(**kw)
                 return g if kw.get("format") != "gbrp" else _OffByOne(g)
 
-        real(Skewed() if path_taken == "copy" else frame, out)
+        real(Skewed() if path_taken == "copy" else frame, out, address)
 
     monkeypatch.setattr(video, "planar_rgb", skewed)
     with video.VideoReader(path) as a, video.VideoReader(path) as b:

@@ -86,3 +86,36 @@ def test_threads_convert_concurrently_with_their_own_contexts():
         for k, out in enumerate(outs):
             np.testing.assert_array_equal(out, expected[k % len(frames)])
     assert len(results) == 4
+
+
+def test_convert_at_an_address_writes_that_row_and_declines_the_rest():
+    # the stream's path: rows of one checked batch buffer by address (convert_gbrp_at)
+    frame = _frame("yuv420p", 96, 96, seed=3)
+    batch = np.zeros((4, 3, 96, 96), np.uint8)
+    base, step = batch.ctypes.data, batch.strides[0]
+    assert swscale.convert_gbrp_at(frame, base + 2 * step, batch.shape[1:])
+    np.testing.assert_array_equal(batch[2], _pyav_planar(frame))
+    assert not batch[[0, 1, 3]].any()
+    assert not swscale.convert_gbrp_at(frame, base + 1, batch.shape[1:])  # not aligned
+    assert not swscale.convert_gbrp_at(frame, base, (3, 96, 80))  # another size
+    assert not batch[[0, 1, 3]].any()
+
+
+def test_frames_at_into_a_batch_equals_rgb24_by_address(factory):
+    # VideoReader.frames_at converting straight into rows of a batch (by address) gives the
+    # frames rgb24 gives, each in its row, whatever the row order
+    from robo_resume.format import VideoReader
+    from robo_resume.format.video import _row_addresses
+
+    ds = factory(episode_lengths=(20,), num_cameras=1, height=96, width=96)
+    path = next(ds.root.glob("videos/**/*.mp4"))
+    times = np.arange(0, 12) / ds.fps
+    rows = np.array([5, 0, 9, 3, 11, 1, 7, 2, 10, 4, 8, 6])
+    with VideoReader(path) as r:
+        want = r.frames_at(times)  # (n, H, W, 3) rgb24
+    batch = np.zeros((12, 3, 96, 96), np.uint8)
+    assert _row_addresses(batch)[0] is not None  # the address path is the one taken
+    with VideoReader(path) as r:
+        r.frames_at(times, channels_first=True, out=batch, rows=rows)
+    for i, row in enumerate(rows.tolist()):
+        np.testing.assert_array_equal(batch[row], want[i].transpose(2, 0, 1))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["available", "convert_gbrp"]
+__all__ = ["available", "convert_gbrp", "convert_gbrp_at"]
 
 _UINT8 = np.dtype(np.uint8)
 _SWS_BILINEAR = 2  # what PyAV's reformat uses by default
@@ -152,20 +152,25 @@ def convert_gbrp(frame, out: np.ndarray) -> bool:
     C-contiguous ``(3, H, W)`` array of the frame's size; rows or planes not 16-byte aligned, where
     swscale could take another code path); the caller then converts another way.
     """
+    if out.dtype is not _UINT8 or not out.flags.c_contiguous:
+        return False
+    return convert_gbrp_at(frame, out.ctypes.data, out.shape)
+
+
+def convert_gbrp_at(frame, address: int, shape: tuple[int, ...]) -> bool:
+    """:func:`convert_gbrp` into the C-contiguous ``(3, H, W)`` uint8 array at ``address``.
+
+    For a caller converting many frames into rows of one buffer: it checks the buffer once
+    (C-contiguous uint8, ``address`` 16-byte aligned, ``shape`` the row's shape) and passes each
+    row's address, which saves the per-frame checks and ``ndarray.ctypes`` (about 8 of the 22 us
+    one 96x96 frame took). Returns False, having written nothing, where :func:`convert_gbrp`
+    would (``shape`` not the frame's, sizes not 16-aligned, swscale not loadable).
+    """
     libs = _LIBS or _libs()
     if libs is None:
         return False
     h, w = frame.height, frame.width
-    if (
-        out.shape != (3, h, w)
-        or out.dtype is not _UINT8
-        or not out.flags.c_contiguous
-        or w % _ALIGN
-        or (h * w) % _ALIGN
-    ):
-        return False
-    base = out.ctypes.data
-    if base % _ALIGN:
+    if shape != (3, h, w) or w % _ALIGN or (h * w) % _ALIGN or address % _ALIGN:
         return False
     ctx = getattr(_LOCAL, "ctx", None)
     if ctx is None:
@@ -177,7 +182,7 @@ def convert_gbrp(frame, out: np.ndarray) -> bool:
     for i, p in enumerate(frame.planes):
         src[i], strides[i] = p.buffer_ptr, p.line_size
     plane = h * w
-    dst[0], dst[1], dst[2] = base + plane, base + 2 * plane, base  # gbrp: G, B, R
+    dst[0], dst[1], dst[2] = address + plane, address + 2 * plane, address  # gbrp: G, B, R
     dst_strides[0] = dst_strides[1] = dst_strides[2] = w
     scale = libs.sws.sws_scale if plane >= _RELEASE_GIL_FROM else libs.scale_holding_gil
     return scale(ptr, src, strides, 0, h, dst, dst_strides) == h

@@ -34,7 +34,7 @@ from ..errors import (
     VideoDecodeError,
     describe,
 )
-from .swscale import convert_gbrp
+from .swscale import convert_gbrp, convert_gbrp_at
 
 __all__ = [
     "VideoReader",
@@ -506,6 +506,7 @@ class VideoReader:
             fresh_seek = False
         keep_from = first - tolerance_s
         tb = self._time_base
+        addr0, step = _row_addresses(out) if channels_first else (None, 0)
         recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
 
         k, m = 0, len(pending)
@@ -530,9 +531,11 @@ class VideoReader:
                 if out is None:
                     h, w = frame.height, frame.width
                     out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
-                image = out[pending[k] if at is None else at[pending[k]]]
+                    addr0, step = _row_addresses(out) if channels_first else (None, 0)
+                row = pending[k] if at is None else at[pending[k]]
+                image = out[row]
                 if channels_first:
-                    planar_rgb(frame, image)
+                    planar_rgb(frame, image, None if addr0 is None else addr0 + row * step)
                 else:
                     image[...] = frame.to_ndarray(format="rgb24")
                 k += 1
@@ -580,7 +583,16 @@ class VideoReader:
 _PLANAR_OK: dict[tuple[str, int, int], bool] = {}
 
 
-def planar_rgb(frame, out: np.ndarray) -> None:
+def _row_addresses(out: np.ndarray | None) -> tuple[int | None, int]:
+    """``(address of out[0], bytes from one row to the next)`` when :func:`planar_rgb` may
+    write rows of ``out`` by address (C-contiguous uint8 frames along the first axis), else
+    ``(None, 0)``."""
+    if out is None or out.dtype != np.uint8 or out.ndim != 4 or not out.flags.c_contiguous:
+        return None, 0
+    return out.ctypes.data, out.strides[0]
+
+
+def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
     """Write a decoded frame into ``out`` ``(3, H, W)`` as RGB, equal to ``rgb24`` transposed.
 
     FFmpeg converts to planar GBR (``gbrp``): straight into ``out`` with
@@ -588,10 +600,14 @@ def planar_rgb(frame, out: np.ndarray) -> None:
     planes are copied into place. The first frame of every (pixel format, size) in a process
     is also converted the usual way (``rgb24``, what lerobot uses) and compared; where the two
     differ by a single value (another FFmpeg build or CPU path), that format falls back to
-    ``rgb24`` plus a transpose.
+    ``rgb24`` plus a transpose. ``address``: where ``out`` starts in memory, when the caller
+    knows it is a C-contiguous uint8 row (:func:`~robo_resume.format.swscale.convert_gbrp_at`
+    then skips the checks it already made).
     """
     key = (frame.format.name, frame.width, frame.height)
     ok = _PLANAR_OK.get(key)
+    if ok and address is not None and convert_gbrp_at(frame, address, out.shape):
+        return
     if ok is False:
         out[...] = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
         return
