@@ -65,6 +65,8 @@ class ItemBuilder:
         self._checked: set[str] = set()
         self._videos_checked: set[str] = set()
         d = self.delta or {}
+        # (offsets as a (1, w) row, lowest, highest) of each window, for EpisodeRangeReader
+        self.window_offsets = {k: (v[None, :], int(v.min()), int(v.max())) for k, v in d.items()}
         lo = [int(v.min()) for v in d.values()]
         hi = [int(v.max()) for v in d.values()]
         self.window_before = max(0, -min(lo)) if lo else 0

@@ -245,14 +245,23 @@ class EpisodeRangeReader:
         return frames
 
     def _windows(self, frames: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """The frames each delta window of ``frames`` shows (clipped), and the pad flags."""
+        """The frames each delta window of ``frames`` shows (clipped), and the pad flags.
+
+        ``frames`` is increasing (:meth:`_checked`), so a window reaches outside the episode
+        only if the first frame's lowest or the last frame's highest offset does: windows away
+        from the episode's ends skip the clipping (``np.clip`` alone costs ~10 us a call)."""
         length = self.ep.length
         query: dict[str, np.ndarray] = {}
         pads: dict[str, np.ndarray] = {}
-        for key, d in (self.builder.delta or {}).items():
-            raw = frames[:, None] + d[None, :]
-            query[key] = np.clip(raw, 0, length - 1)
-            pads[f"{key}_is_pad"] = (raw < 0) | (raw >= length)
+        first, last = int(frames[0]), int(frames[-1])
+        for key, (d, lo, hi) in self.builder.window_offsets.items():
+            raw = frames[:, None] + d
+            if first + lo >= 0 and last + hi < length:
+                query[key] = raw
+                pads[f"{key}_is_pad"] = np.zeros(raw.shape, dtype=bool)
+            else:
+                query[key] = np.clip(raw, 0, length - 1)
+                pads[f"{key}_is_pad"] = (raw < 0) | (raw >= length)
         return query, pads
 
     def _columns(self, frames: np.ndarray, query, pads, out: dict[str, Any]) -> dict[str, Any]:
