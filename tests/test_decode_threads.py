@@ -64,3 +64,24 @@ def test_default_threads_follow_the_frame_size(factory, size, cameras, threads, 
     data = ChunkedEpisodeDataset(ds.root, batch_size=4, chunk_frames=8)
     next(iter(data.dataloader(num_workers=0)))
     assert data.items.camera_threads == threads
+
+
+def test_balanced_runs_cover_the_jobs_in_order():
+    # the runs handed to the decoding threads: consecutive, non-empty, every job once, at most
+    # `parts` of them, and not lopsided (none past its share by more than one job)
+    import numpy as np
+
+    from robo_resume.items.builder import _balanced_runs
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        sizes = rng.integers(0, 20, size=int(rng.integers(1, 40))).tolist()
+        parts = int(rng.integers(1, 6))
+        runs = _balanced_runs(sizes, parts)
+        assert 1 <= len(runs) <= parts
+        assert runs[0][0] == 0 and runs[-1][1] == len(sizes)
+        assert all(a < b for a, b in runs)
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(runs))
+        biggest = max(sizes)
+        assert all(sum(sizes[a:b]) <= sum(sizes) / len(runs) + 2 * biggest for a, b in runs)
+    assert _balanced_runs([1] * 32, 4) == [(0, 8), (8, 16), (16, 24), (24, 32)]

@@ -353,7 +353,11 @@ class _Reading:
                             opened[j] = exc
                 todo = [job for job in jobs if len(job[2]) and job[0] not in opened]
                 outcome = dict(
-                    zip((job[0] for job in todo), self.items.map_reads(read, todo), strict=True)
+                    zip(
+                        (job[0] for job in todo),
+                        self.items.map_reads(read, todo, [len(j[2]) for j in todo]),
+                        strict=True,
+                    )
                 )
                 for j, rows, frames, _ in jobs:
                     seg = segs[j]
