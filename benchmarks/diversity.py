@@ -68,6 +68,8 @@ SETTINGS = {
     "interleave=64": ({"interleave": 64}, None),
     "interleave=128": ({"interleave": 128}, None),
     "interleave=4, chunk_frames=16": ({"interleave": 4}, 16),
+    "rounds, interleave=32": ({"interleave": 32, "interleave_order": "rounds"}, None),
+    "rounds, interleave=64": ({"interleave": 64, "interleave_order": "rounds"}, None),
 }
 SPEED_SETTINGS = (DEFAULT, "interleave=16", "interleave=32", "interleave=128", LEROBOT)
 """Settings whose frames/s ``--speed`` measures by default (the first is the baseline)."""

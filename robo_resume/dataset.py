@@ -224,6 +224,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             tail=self.tuning.tail,
             interleave=self.tuning.interleave,
             shuffle=self.tuning.shuffle,
+            interleave_order=self.tuning.interleave_order,
         )
         self._fingerprint: dict[str, Any] | None = None
         self.use_resume_state(resume_state, strict=resume_strict)
@@ -289,6 +290,12 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             "tail": self.tuning.tail,
             "interleave": self.tuning.interleave,
             "shuffle": self.tuning.shuffle,
+            # only when not the default: states saved before the option keep matching
+            **(
+                {"interleave_order": self.tuning.interleave_order}
+                if self.tuning.interleave_order != "random"
+                else {}
+            ),
             "mode": "infinite" if self.infinite else "epoch",
             "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
                 "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
@@ -296,6 +303,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 "episodes": format_ranges(self._episodes, limit=120),
                 "plan": f"chunk_frames {self.chunk_frames}"
                 + (", cut at keyframes" if self.keyframe_cuts else ""),
+                "interleave_order": self.tuning.interleave_order,
             },
         }
 

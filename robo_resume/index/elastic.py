@@ -59,7 +59,15 @@ import numpy as np
 
 from ..errors import ResumeStateError, describe
 from .plan import Chunk, Plan
-from .schedule import Group, Schedule, ScheduleConfig, Segment, Topology, stream_lengths
+from .schedule import (
+    Group,
+    Schedule,
+    ScheduleConfig,
+    Segment,
+    Topology,
+    group_order,
+    stream_lengths,
+)
 from .schedule import _group_starts as group_starts
 from .segments import NO_EPOCH, Segments
 
@@ -147,9 +155,10 @@ class Remainder:
         """Group ``index`` of the stream, with its seeded interleave order."""
         size = self.config.interleave
         members = self.segments(stream).objects(index * size, (index + 1) * size)
-        order = np.repeat(np.arange(len(members), dtype=np.int64), [m.length for m in members])
-        if self.config.shuffle and len(members) > 1:
-            order = self._rng(_REMAINDER_GROUP, self.level, stream, index).permutation(order)
+        rng = (
+            self._rng(_REMAINDER_GROUP, self.level, stream, index) if self.config.shuffle else None
+        )
+        order = group_order([m.length for m in members], self.config.interleave_order, rng)
         return Group(members, order, int(self._starts(stream)[index]))
 
     def iter_groups(self, stream: int, position: int) -> Iterator[tuple[Group, int]]:

@@ -52,6 +52,7 @@ from .segments import NO_EPOCH, Segment, Segments
 from .topology import Topology, _positive_int, _ranks_apart, stream_lengths
 
 __all__ = [
+    "INTERLEAVE_ORDERS",
     "Group",
     "Location",
     "Schedule",
@@ -63,6 +64,32 @@ __all__ = [
 ]
 
 _PERMUTE, _STREAM, _GROUP = 1, 2, 3  # purpose tags in the seed's spawn key
+
+INTERLEAVE_ORDERS = ("random", "rounds")
+"""How a group's frames are interleaved (:func:`group_order`)."""
+
+
+def group_order(lengths: Sequence[int], mode: str, rng: np.random.Generator | None) -> np.ndarray:
+    """The segment (0..k-1) that emits each frame of a group whose segments have ``lengths``.
+
+    Every segment emits its frames in frame order, ``lengths[j]`` of them. ``"random"``: a
+    seeded permutation of all the group's frames (a segment may emit several frames in a
+    row). ``"rounds"``: round ``r`` holds the ``r``-th frame of every segment that has one, in a
+    seeded order per round, so ``k`` consecutive positions come from up to ``k`` different
+    segments: a batch of ``B`` frames spreads over about ``min(B, k)`` chunks (README, "Batch
+    diversity"). ``rng`` None (``shuffle=False``): segment after segment ("random"), or the
+    segments in turn, ``0..k-1`` in every round ("rounds"). Pure.
+    """
+    sizes = np.asarray(lengths, dtype=np.int64)
+    seg = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    if mode == "random":
+        return rng.permutation(seg) if rng is not None and len(sizes) > 1 else seg
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    frame = np.arange(len(seg), dtype=np.int64) - starts  # each frame's number in its segment
+    tie = rng.random(len(seg)) if rng is not None else seg
+    return seg[np.lexsort((tie, frame))]
+
+
 TAILS = ("drop", "pad", "keep")
 
 
@@ -76,11 +103,17 @@ class ScheduleConfig:
     tail: str = "drop"
     interleave: int = 4
     shuffle: bool = True
+    interleave_order: str = "random"
 
     def __post_init__(self) -> None:
         _positive_int("seed", self.seed, 0)
         _positive_int("batch_size", self.batch_size, 1)
         _positive_int("interleave", self.interleave, 1)
+        if self.interleave_order not in INTERLEAVE_ORDERS:
+            raise ValueError(
+                f"interleave_order must be one of {INTERLEAVE_ORDERS}; found "
+                f"{self.interleave_order!r}"
+            )
         if self.tail not in TAILS:
             raise ValueError(f"tail must be one of {TAILS}; found {self.tail!r}")
         if self.tail == "keep" and self.drop_last:
@@ -336,9 +369,8 @@ class Schedule:
         members = self._take(*(c[index * size : (index + 1) * size] for c in rows)).objects(0, size)
         if not members:
             raise IndexError(f"group {index} out of range ({self.num_groups(epoch, stream)})")
-        order = np.repeat(np.arange(len(members), dtype=np.int64), [m.length for m in members])
-        if self.config.shuffle and len(members) > 1:
-            order = self._rng(epoch, _GROUP, stream, index).permutation(order)
+        rng = self._rng(epoch, _GROUP, stream, index) if self.config.shuffle else None
+        order = group_order([m.length for m in members], self.config.interleave_order, rng)
         start = int(self._group_starts(epoch, stream)[index])
         return Group(members, order, start)
 

@@ -23,6 +23,8 @@ _FIX = {
     "run that saved the state (with keyframe cuts, also the same camera delta_timestamps: the "
     "cuts follow the window's look-back)",
     "seed": "pass the same seed as the run that saved the state",
+    "interleave_order": "pass the same StreamTuning(interleave_order=...) as the run that saved "
+    "the state (a state without it was saved with the default, 'random')",
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
     "counts batches of that size); a resume_state may change it (elastic resume)",
 }

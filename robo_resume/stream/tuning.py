@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import BROKEN_DATA_ERRORS, describe
 from ..index.schedule import (
+    INTERLEAVE_ORDERS,
     TAILS,
 )
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
@@ -41,6 +42,13 @@ class StreamTuning:
             keeps a video decoder per camera (about 2 MB at 480x640), and frames/s measured
             0.9-1.0x of the default with 0 workers but 0.6-0.8x with 2 workers on 480x640
             video (faster than the default on small frames, which are read ahead).
+        interleave_order: how the frames of the open chunks are interleaved. "random"
+            (default): a seeded permutation of all their frames, so a chunk may give several
+            frames in a row and a batch of ``B`` frames draws from fewer than ``min(B,
+            interleave)`` chunks. "rounds": every open chunk gives one frame per round, each
+            round in a seeded order, so ``B`` consecutive frames come from ``min(B,
+            interleave)`` chunks: the same diversity as "random" from about half the open
+            chunks (README, "Batch diversity"). Each chunk's frames stay in order either way.
         tail: what happens to the frames that do not divide evenly over the streams (DataLoader
             workers x ranks) each epoch. "drop" (default, training): they are left out (fewer
             than one per stream, a different few every epoch), every stream yields the same
@@ -84,6 +92,7 @@ class StreamTuning:
     """
 
     interleave: int = 4
+    interleave_order: str = "random"
     tail: str = "drop"
     shuffle: bool = True
     cut_at_keyframes: bool | None = None
@@ -95,6 +104,14 @@ class StreamTuning:
     def __post_init__(self) -> None:
         if self.block_frames < 1:
             raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
+        if self.interleave_order not in INTERLEAVE_ORDERS:
+            raise ValueError(
+                describe(
+                    "Unknown interleave_order",
+                    expected=" or ".join(map(repr, INTERLEAVE_ORDERS)),
+                    found=self.interleave_order,
+                )
+            )
         if self.tail not in TAILS:
             raise ValueError(
                 describe("Unknown tail", expected=" or ".join(map(repr, TAILS)), found=self.tail)
