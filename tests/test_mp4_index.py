@@ -138,7 +138,7 @@ def test_auto_cuts_long_gops_only(factory):
 
 
 def test_reading_many_files_is_announced(factory, monkeypatch, caplog):
-    import robo_resume.stream.positions as positions
+    import robo_resume.format.keyframes as positions
 
     long = factory(episode_lengths=(30, 41, 25), num_cameras=1, codec="mpeg4", gop=12)
     with caplog.at_level(logging.INFO, logger="robo_resume"):
@@ -198,7 +198,7 @@ def test_state_saved_with_the_even_plan_resumes_exactly(factory, caplog):
 
 
 def test_auto_reads_only_the_first_files_of_a_short_gop_dataset(factory, monkeypatch):
-    from robo_resume.stream import positions
+    from robo_resume.format import keyframes as positions
     from robo_resume.stream.tuning import AUTO_FILES
 
     src = factory(

@@ -89,8 +89,29 @@ def test_plan_equals_the_dataset_schedule(factory, capsys, case):
     assert got["frames_per_stream"] == per_stream
 
 
-def test_plan_command_does_not_import_torch(factory, tmp_path):
-    root = factory(num_cameras=0).root
+def test_plan_starts_chunks_on_keyframes_like_the_dataset(factory, capsys):
+    # long GOPs: the dataset's default (cut_at_keyframes=None) starts chunks on keyframes, and
+    # the command must plan the same chunks (it planned them evenly before: other cursors)
+    root = factory(num_cameras=1, episode_lengths=(40, 33, 52), codec="mpeg4", gop=12).root
+    case = dict(step=9, batch_size=4, num_workers=2, world_size=1, seed=3, chunk_frames=8,
+                episodes=None, infinite=True)  # fmt: skip
+    from robo_resume import ChunkedEpisodeDataset
+
+    assert ChunkedEpisodeDataset(root, batch_size=4, chunk_frames=8).keyframe_cuts
+    argv = ["plan", str(root), "--json", "--step", "9", "--batch-size", "4", "--num-workers",
+            "2", "--seed", "3", "--chunk-frames", "8", "--infinite"]  # fmt: skip
+    assert main(argv) == 0
+    got = json.loads(capsys.readouterr().out)
+    want, per_rank, per_stream = _oracle(root, **case)
+    keys = ("rank", "worker", "stream", "epoch", "position", "chunk", "episode", "frame")
+    assert [[s[k] for k in keys] for s in got["streams"]] == want
+    assert got["batches_per_epoch_per_rank"] == per_rank
+    assert got["frames_per_stream"] == per_stream
+
+
+@pytest.mark.parametrize("cameras", [0, 1])
+def test_plan_command_does_not_import_torch(factory, tmp_path, cameras):
+    root = factory(num_cameras=cameras, codec="mpeg4", gop=12).root
     code = (
         "import sys\n"
         "from robo_resume.cli import main\n"

@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = command(
         "plan",
-        "print each stream's resume cursor after --step batches, without reading data",
+        "print each stream's resume cursor after --step batches, without reading frames",
         cmd_plan,
     )
     pl.add_argument("root")

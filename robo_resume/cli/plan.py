@@ -1,4 +1,4 @@
-"""``robo-resume plan``: where each stream stands at a step, by arithmetic (nothing is read)."""
+"""``robo-resume plan``: where each stream stands at a step, by arithmetic (no frame is read)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ if TYPE_CHECKING:
 def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Schedule:
     """The schedule ``ChunkedEpisodeDataset(args.root, ...).schedule(args.num_workers)`` gives
     (default StreamTuning, features all kept), computed from the same functions without the
-    dataset class: no torch import (1.5 to 6 s of the command's cold start).
+    dataset class: no torch import (1.5 to 6 s of the command's cold start). Like the dataset,
+    it reads the first camera's mp4 indexes to start chunks on keyframes when the GOPs are long
+    (none when the videos are absent).
     tests/test_plan_cli.py checks that both give the same streams."""
+    from ..format.keyframes import keyframe_cuts
     from ..format.metadata import load_metadata
     from ..index.plan import EpisodeSpans, make_chunks
     from ..index.schedule import Schedule, ScheduleConfig, Topology
@@ -42,12 +45,16 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
         interleave=tuning.interleave,
         shuffle=tuning.shuffle,
     )
-    chunks = make_chunks(spans, src.frames_per_chunk)
+    # the dataset's default StreamTuning(cut_at_keyframes=None): chunks start on the first
+    # camera's keyframes when its GOPs are long (one small mp4 index read per file)
+    cuts = keyframe_cuts(meta, spans.episode_index, auto=tuning.cut_at_keyframes is None)
+    chunks = make_chunks(spans, src.frames_per_chunk, cut_points=cuts)
     return Schedule(chunks, config, Topology(args.world_size, args.num_workers))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Each stream's resume cursor after ``--step`` batches, computed without reading data."""
+    """Each stream's resume cursor after ``--step`` batches, computed without reading frames
+    (the metadata, and the first camera's mp4 indexes for keyframe cuts)."""
     from ..index.schedule import Topology
     from ..index.start import resume_point
 

@@ -15,11 +15,9 @@ from torch.utils.data import get_worker_info
 
 from ..errors import (
     ResumeStateError,
-    RoboResumeError,
     describe,
 )
-from ..format.mp4_index import keyframe_frames
-from ..format.validate import inside_root
+from ..format.keyframes import keyframe_cuts
 from ..index.elastic import Layout, Level, build_layout, check_positions, replan
 from ..index.plan import EpisodeSpans, Plan, make_chunks
 from ..index.schedule import (
@@ -31,12 +29,8 @@ from ..index.start import StartPoint, resume_point, worker_batches_done
 from ..state.fingerprint import plan_of_state
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-from .tuning import AUTO_FILES, AUTO_KEYFRAME_INTERVAL
 
 logger = logging.getLogger("robo_resume")
-
-
-_MANY_FILES = 2000  # keyframe reading announced from this many files (about half a second)
 
 
 class _Positions:
@@ -296,66 +290,9 @@ class _Positions:
         return max(0, int(np.ceil(-min(window) * self.meta.fps - 1e-6)))
 
     def _keyframe_cuts(self, auto: bool, lookback: int = 0) -> dict[int, np.ndarray] | None:
-        """Keyframes of the first camera per selected episode (frames of the episode), from
-        each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`),
-        one read per file. ``auto`` (``cut_at_keyframes=None``): None, for the even plan, when
-        there is no camera, the first episode's file is missing or no keyframe interval of the first
-        :data:`~robo_resume.stream.tuning.AUTO_FILES` files read (or of all, when fewer) exceeds
-        :data:`~robo_resume.stream.tuning.AUTO_KEYFRAME_INTERVAL`; an unreadable file leaves its
-        episodes out (cut evenly). Otherwise errors are raised. ``lookback``: frames the
-        camera's delta window reaches back; the cuts move that far after each keyframe, so a
-        chunk's first window starts on the keyframe (not one frame before it, a GOP back)."""
-        if not self.meta.camera_keys:
-            return None
-        cam = self.meta.camera_keys[0]
-        video = self.meta.columns.videos[cam]
-        if auto and len(self._episodes):  # a dataset without its videos: decided in O(1)
-            e = int(self._episodes[0])
-            path = inside_root(self.meta.root, self.meta.episode(e).videos[cam].path, episode=e)
-            if not path.is_file():
-                logger.debug("cut_at_keyframes=None: %s is missing, chunks are not cut", path)
-                return None
-        rows, _ = self.meta.columns.positions(self._episodes)
-        files = video.file[rows]
-        fps = self.meta.fps
-        first = np.rint(video.from_timestamp[rows] * fps).astype(np.int64)
-        lengths = self.meta.columns.length[rows]
-        per_file: dict[int, np.ndarray] = {}
-        widest = 0
-        codes, where = np.unique(files, return_index=True)
-        if len(codes) >= _MANY_FILES:  # a few seconds: say what is happening
-            logger.info(
-                "robo_resume: reading the keyframes of %d video files of '%s' (mp4 index, "
-                "about 0.3 ms per file; StreamTuning(cut_at_keyframes=False) skips this)",
-                len(codes),
-                cam,
-            )
-        for code, at in zip(codes.tolist(), where.tolist(), strict=True):
-            e = int(self._episodes[at])
-            path = inside_root(self.meta.root, video.paths[code], episode=e)
-            try:
-                keys = keyframe_frames(path, fps, episode=e)
-            except (OSError, RoboResumeError) as exc:
-                if not auto:
-                    raise
-                # reading reports the file (raise, or skip with on_error="skip")
-                logger.debug("cut_at_keyframes=None: no keyframes of %s (%s)", path, exc)
-                continue
-            per_file[code] = keys
-            if widest <= AUTO_KEYFRAME_INTERVAL:  # until one interval is known to be longer
-                widest = max(widest, int(np.diff(keys).max()) if len(keys) > 1 else 2**31)
-                if auto and widest <= AUTO_KEYFRAME_INTERVAL and len(per_file) >= AUTO_FILES:
-                    return None  # short GOPs (lerobot's AV1): the rest is not read
-        if auto and widest <= AUTO_KEYFRAME_INTERVAL:
-            return None
-        cuts: dict[int, np.ndarray] = {}
-        for i, code in enumerate(files.tolist()):
-            keys = per_file.get(code)
-            if keys is not None:
-                a, n = int(first[i]), int(lengths[i])
-                lo, hi = np.searchsorted(keys, [a, a + n], side="right")  # inside: a < k
-                cuts[int(self._episodes[i])] = keys[lo:hi] - a + lookback
-        return cuts
+        """Keyframe cut points of the selected episodes (see
+        :func:`~robo_resume.format.keyframes.keyframe_cuts`)."""
+        return keyframe_cuts(self.meta, self._episodes, auto=auto, lookback=lookback)
 
     def _adopt_even_plan(self, theirs: Any) -> None:
         """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became

@@ -7,21 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BROKEN_DATA_ERRORS, describe
+from ..format.keyframes import AUTO_FILES as AUTO_FILES  # re-exported (documented here)
+from ..format.keyframes import AUTO_KEYFRAME_INTERVAL as AUTO_KEYFRAME_INTERVAL
 from ..index.schedule import (
     INTERLEAVE_ORDERS,
     TAILS,
 )
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
-
-AUTO_KEYFRAME_INTERVAL = 2
-"""``cut_at_keyframes=None`` cuts at keyframes when some keyframe interval of the first camera's
-videos is longer than this many frames (at 2 or less the chunks would be at most a frame off
-the even plan)."""
-
-AUTO_FILES = 8
-"""``cut_at_keyframes=None`` decides from the first this many video files of the first camera:
-when none of their keyframe intervals exceeds :data:`AUTO_KEYFRAME_INTERVAL`, the other files
-are not read (construction stays cheap for short-GOP datasets of many files)."""
 
 ON_ERROR = ("raise", "skip")
 """Values of ``ChunkedEpisodeDataset(on_error=...)``."""
