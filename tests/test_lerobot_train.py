@@ -135,16 +135,23 @@ def test_kill_resume_bit_identical(data):
         "--num_workers=2",
         "--seed=3",
     ]
+    # The reference and the killed run start their workers with fork (quick); the resumed run
+    # with spawn, lerobot's default, whose workers need their own log handler for the resume
+    # lines checked below. The order does not depend on the start method.
+    fork, spawn = (
+        "--dataloader_multiprocessing_context=fork",
+        "--dataloader_multiprocessing_context=spawn",
+    )
     ref, run = base / "ref", base / "run"
-    _, ref_out = train([*common, f"--output_dir={ref}"], base / "ref.idx")
+    _, ref_out = train([*common, fork, f"--output_dir={ref}"], base / "ref.idx")
     assert "Checkpoint policy after step 8" in ref_out
     kill_at = random.Random(os.environ.get("PYTEST_XDIST_WORKER", "0")).randint(5, 7)
-    train_until_killed([*common, f"--output_dir={run}"], kill_at, base / "run.idx")
+    train_until_killed([*common, fork, f"--output_dir={run}"], kill_at, base / "run.idx")
     assert os.readlink(ckpt(run, "last")) == "000004"
     assert not list((run / "checkpoints").glob(".*")), "a partial checkpoint was left visible"
-    _, out = train([*common, f"--output_dir={run}", *resume_args(run)], base / "run.idx")
+    _, out = train([*common, spawn, f"--output_dir={run}", *resume_args(run)], base / "run.idx")
     assert "Resuming from" in out and "at step 4" in out
-    # each of the two streams logs where it resumes
+    # each of the two streams (spawned workers) logs where it resumes
     assert out.count("resume: stream=") == 2, out[-3000:]
     final = "pretrained_model/model.safetensors"
     assert (ckpt(run, 8) / final).read_bytes() == (ckpt(ref, 8) / final).read_bytes()
@@ -163,6 +170,7 @@ def test_kill_resume_bit_identical(data):
     assert sum(p.numel() for p in policy.parameters()) > 0
     cfg = TrainPipelineConfig.from_pretrained(ckpt(run, "last") / "pretrained_model")
     assert cfg.batch_size == 4 and cfg.steps == 8
+    assert cfg.dataloader_multiprocessing_context == "spawn"
 
 
 def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
