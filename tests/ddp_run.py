@@ -1,10 +1,11 @@
 """Launched by tests/test_ddp.py with torchrun (2 CPU processes, gloo): training runs.
 
-Writes out/rank{R}.json with the batches (index lists; with --mix, [source, index list]) this
-rank consumed; with --crash-at it saves the gathered resume state (rank 0 writes state.json)
-and stops, like a killed job. With --full-too, the same processes first run uninterrupted into
-out/full and then, with a new dataset and loader, the crash run into out/crash: one torchrun
-start instead of two (the resume always runs in a new torchrun, from state.json alone).
+Each ``--job`` (a JSON object) is one training run from a new dataset and loader, run one after
+the other in these processes (one torchrun start for several runs): ``out`` (folder), ``root``,
+optional ``mix`` (a second root: a 1:3 MixedDataset, batches logged as [source, index list]),
+``epochs`` (default 2), ``crash_at`` (stop after that many batches, saving the gathered resume
+state to ``out/state.json`` as a checkpoint would, like a killed job) and ``resume`` (a
+state.json to start from). Each rank writes ``out/rank{R}.json``: the batches it consumed.
 """
 
 from __future__ import annotations
@@ -12,21 +13,26 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
 from robo_resume import ChunkedEpisodeDataset, MixedDataset, MixSource
 
+BATCH_SIZE, NUM_WORKERS = 5, 2
 
-def run(a: argparse.Namespace, out: Path, crash_at: int) -> None:
-    """One training run from a new dataset and loader; ``crash_at``: stop after that batch."""
+
+def run(spec: dict[str, Any]) -> None:
+    """One training run as ``spec`` says (see the module docstring)."""
     rank = dist.get_rank()
+    out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
-    state = json.loads(Path(a.resume).read_text()) if a.resume else None
-    if a.mix:
+    mix, crash_at = spec.get("mix"), spec.get("crash_at", 0)
+    state = json.loads(Path(spec["resume"]).read_text()) if spec.get("resume") else None
+    if mix:
         ds = MixedDataset(
-            [MixSource(a.root, 1), MixSource(a.mix, 3)],
-            batch_size=a.batch_size,
+            [MixSource(spec["root"], 1), MixSource(mix, 3)],
+            batch_size=BATCH_SIZE,
             seed=7,
             chunk_frames=8,
             exhausted="stop",
@@ -34,25 +40,25 @@ def run(a: argparse.Namespace, out: Path, crash_at: int) -> None:
         )
     else:
         ds = ChunkedEpisodeDataset(
-            a.root, batch_size=a.batch_size, seed=7, chunk_frames=8, resume_state=state
+            spec["root"], batch_size=BATCH_SIZE, seed=7, chunk_frames=8, resume_state=state
         )
     assert ds.world_size == 2 and ds.rank == rank, (ds.rank, ds.world_size)
     tracker = ds.tracker()
-    loader = ds.dataloader(num_workers=a.num_workers)
+    loader = ds.dataloader(num_workers=NUM_WORKERS)
     batches = []
-    epochs = a.epochs
-    if state is not None and a.mix:
-        epochs -= ds.epochs_started(state, a.num_workers)
+    epochs = spec.get("epochs", 2)
+    if state is not None and mix:
+        epochs -= ds.epochs_started(state, NUM_WORKERS)
     elif state is not None:
         from robo_resume.audit import epochs_started
 
-        epochs -= epochs_started(ds, state, a.num_workers)
+        epochs -= epochs_started(ds, state, NUM_WORKERS)
     done = False
     for _ in range(epochs):
         for batch in loader:
             batch = tracker.consume(batch)
             index = batch["index"].tolist()
-            batches.append([tracker.last_source, index] if a.mix else index)
+            batches.append([tracker.last_source, index] if mix else index)
             if crash_at and len(batches) == crash_at:
                 saved = tracker.state_dict()  # collective: gathers every rank's cursors
                 if rank == 0:
@@ -67,24 +73,11 @@ def run(a: argparse.Namespace, out: Path, crash_at: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--root", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--batch-size", type=int, default=5)
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--crash-at", type=int, default=0)
-    p.add_argument("--full-too", action="store_true", help="first an uninterrupted run (see top)")
-    p.add_argument("--resume", default=None)
-    p.add_argument("--mix", default=None, help="a second root: train on a 1:3 MixedDataset")
+    p.add_argument("--job", action="append", required=True, type=json.loads)
     a = p.parse_args()
-
     dist.init_process_group("gloo")
-    out = Path(a.out)
-    if a.full_too:
-        run(a, out / "full", 0)
-        run(a, out / "crash", a.crash_at)
-    else:
-        run(a, out, a.crash_at)
+    for spec in a.job:
+        run(spec)
     dist.destroy_process_group()
 
 
