@@ -1,8 +1,11 @@
-"""Launched by tests/test_ddp.py with torchrun (2 CPU processes, gloo): one training run.
+"""Launched by tests/test_ddp.py with torchrun (2 CPU processes, gloo): training runs.
 
-Writes out/rank{R}.json with the batches (index lists; with --mix, [source, index list]) this
-rank consumed; with --crash-at it
-saves the gathered resume state (rank 0 writes state.json) and stops, like a killed job.
+Each ``--job`` (a JSON object) is one training run from a new dataset and loader, run one after
+the other in these processes (one torchrun start for several runs): ``out`` (folder), ``root``,
+optional ``mix`` (a second root: a 1:3 MixedDataset, batches logged as [source, index list]),
+``epochs`` (default 2), ``crash_at`` (stop after that many batches, saving the gathered resume
+state to ``out/state.json`` as a checkpoint would, like a killed job) and ``resume`` (a
+state.json to start from). Each rank writes ``out/rank{R}.json``: the batches it consumed.
 """
 
 from __future__ import annotations
@@ -10,33 +13,26 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
 from robo_resume import ChunkedEpisodeDataset, MixedDataset, MixSource
 
+BATCH_SIZE, NUM_WORKERS = 5, 2
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--root", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--batch-size", type=int, default=5)
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--crash-at", type=int, default=0)
-    p.add_argument("--resume", default=None)
-    p.add_argument("--mix", default=None, help="a second root: train on a 1:3 MixedDataset")
-    a = p.parse_args()
 
-    dist.init_process_group("gloo")
+def run(spec: dict[str, Any]) -> None:
+    """One training run as ``spec`` says (see the module docstring)."""
     rank = dist.get_rank()
-    out = Path(a.out)
+    out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
-    state = json.loads(Path(a.resume).read_text()) if a.resume else None
-    if a.mix:
+    mix, crash_at = spec.get("mix"), spec.get("crash_at", 0)
+    state = json.loads(Path(spec["resume"]).read_text()) if spec.get("resume") else None
+    if mix:
         ds = MixedDataset(
-            [MixSource(a.root, 1), MixSource(a.mix, 3)],
-            batch_size=a.batch_size,
+            [MixSource(spec["root"], 1), MixSource(mix, 3)],
+            batch_size=BATCH_SIZE,
             seed=7,
             chunk_frames=8,
             exhausted="stop",
@@ -44,26 +40,26 @@ def main() -> None:
         )
     else:
         ds = ChunkedEpisodeDataset(
-            a.root, batch_size=a.batch_size, seed=7, chunk_frames=8, resume_state=state
+            spec["root"], batch_size=BATCH_SIZE, seed=7, chunk_frames=8, resume_state=state
         )
     assert ds.world_size == 2 and ds.rank == rank, (ds.rank, ds.world_size)
     tracker = ds.tracker()
-    loader = ds.dataloader(num_workers=a.num_workers)
+    loader = ds.dataloader(num_workers=NUM_WORKERS)
     batches = []
-    epochs = a.epochs
-    if state is not None and a.mix:
-        epochs -= ds.epochs_started(state, a.num_workers)
+    epochs = spec.get("epochs", 2)
+    if state is not None and mix:
+        epochs -= ds.epochs_started(state, NUM_WORKERS)
     elif state is not None:
         from robo_resume.audit import epochs_started
 
-        epochs -= epochs_started(ds, state, a.num_workers)
+        epochs -= epochs_started(ds, state, NUM_WORKERS)
     done = False
     for _ in range(epochs):
         for batch in loader:
             batch = tracker.consume(batch)
             index = batch["index"].tolist()
-            batches.append([tracker.last_source, index] if a.mix else index)
-            if a.crash_at and len(batches) == a.crash_at:
+            batches.append([tracker.last_source, index] if mix else index)
+            if crash_at and len(batches) == crash_at:
                 saved = tracker.state_dict()  # collective: gathers every rank's cursors
                 if rank == 0:
                     (out / "state.json").write_text(json.dumps(saved))
@@ -73,6 +69,15 @@ def main() -> None:
             break
     (out / f"rank{rank}.json").write_text(json.dumps(batches))
     dist.barrier()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--job", action="append", required=True, type=json.loads)
+    a = p.parse_args()
+    dist.init_process_group("gloo")
+    for spec in a.job:
+        run(spec)
     dist.destroy_process_group()
 
 
