@@ -30,10 +30,10 @@ class StreamTuning:
         interleave: chunks open at once per stream whose frames are interleaved (1 = none).
             Default 4: fast, but a batch holds 0.18-0.56x the distinct episodes of uniform
             random sampling (batch 8-32, README "Batch diversity"). About ``4 * batch_size``
-            (at most 128) comes within 0.9x of uniform sampling, at a cost: each open chunk
-            keeps a video decoder per camera (about 2 MB at 480x640), and frames/s measured
-            0.9-1.0x of the default with 0 workers but 0.6-0.8x with 2 workers on 480x640
-            video (faster than the default on small frames, which are read ahead).
+            (at most 128) comes within 0.9x of uniform sampling (``2 * batch_size`` with
+            ``interleave_order="rounds"``), at a cost: each open chunk keeps a video decoder
+            per camera (about 2 MB at 480x640), and over whole epochs (batch 32, uint8, quiet
+            machine) frames/s measured 0.74-0.90x of the default (README "Batch diversity").
         interleave_order: how the frames of the open chunks are interleaved. "random"
             (default): a seeded permutation of all their frames, so a chunk may give several
             frames in a row and a batch of ``B`` frames draws from fewer than ``min(B,
