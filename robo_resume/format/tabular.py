@@ -21,8 +21,6 @@ Checks (cheap: once per file, or vectorised over the rows read):
 from __future__ import annotations
 
 import bisect
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,71 +28,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptFileError, MetadataMismatchError, MissingFileError, describe
+from .parquet_columns import column_to_numpy
+from .row_groups import RowGroupCache
 
 __all__ = ["ParquetTable", "RowGroupCache", "column_to_numpy"]
-
-
-def column_to_numpy(
-    column, *, name: str, file: Path, first_row: int = 0, episode: int | None = None
-) -> np.ndarray:
-    """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D.
-
-    Lists of one length convert in one call to an array of their element type; lists of
-    different lengths, or holding nulls among their values, raise :class:`CorruptFileError`
-    naming the column, the file, ``episode`` and (from ``first_row``, the file row of the
-    column's first row) the row.
-    """
-    import pyarrow as pa
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    t = column.type
-    if pa.types.is_fixed_size_list(t):
-        values = column.flatten()
-        _refuse_null_values(values, t.list_size, name, file, first_row, episode)
-        return values.to_numpy(zero_copy_only=False).reshape(len(column), t.list_size)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        if len(column) == 0:
-            return np.zeros((0, 0), dtype=t.value_type.to_pandas_dtype())
-        offsets = column.offsets.to_numpy()
-        widths = np.diff(offsets)
-        if widths.min() != widths.max():
-            raise CorruptFileError(
-                describe(
-                    f"Column '{name}' holds lists of different lengths",
-                    expected="the same length in every row",
-                    found=f"lengths {sorted(set(widths.tolist()))}, the first other than "
-                    f"{int(widths[0])} in row {first_row + int(np.argmax(widths != widths[0]))}",
-                    file=file,
-                    episode=episode,
-                    fix="every row of a feature holds the same number of values; download the "
-                    "file again or rewrite the column",
-                )
-            )
-        values = column.flatten()
-        _refuse_null_values(values, int(widths[0]), name, file, first_row, episode)
-        return values.to_numpy(zero_copy_only=False).reshape(len(column), int(widths[0]))
-    return column.to_numpy(zero_copy_only=False)
-
-
-def _refuse_null_values(values, width: int, name: str, file: Path, first_row: int, episode) -> None:
-    """Raise if the flattened list values of a column hold nulls (they would become NaN)."""
-    if values.null_count == 0:
-        return
-    import pyarrow.compute as pc
-
-    k = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
-    raise CorruptFileError(
-        describe(
-            f"A data file's column '{name}' holds null values inside its lists",
-            expected="a number in every element of every row",
-            found=f"{values.null_count} null elements, the first in row "
-            f"{first_row + k // max(width, 1)}",
-            file=file,
-            episode=episode,
-            fix="the file is damaged or was written with missing values; download it again",
-        )
-    )
 
 
 _KINDS = {"float": "f", "int": "iu", "uint": "iu", "bool": "b"}
@@ -134,55 +71,6 @@ def _is_declared_kind(t, feature: Mapping[str, Any]) -> bool:
         return False
     inner = t.field(t.get_field_index("bytes")).type
     return pa.types.is_binary(inner) or pa.types.is_large_binary(inner)
-
-
-class RowGroupCache:
-    """Decoded row groups of parquet files, least recently used dropped beyond ``max_bytes``.
-
-    Shared by the :class:`ParquetTable` s of one dataset (an :class:`~robo_resume.items.
-    ItemBuilder`). A chunk of frames reads the row groups around it, and the next chunks of
-    the same episode (or file) read most of them again: every read of a file written as one
-    row group (lerobot's own, e.g. open50) decoded the whole file. Holds numpy columns, marked
-    read-only; a group larger than a quarter of ``max_bytes`` is not kept. Thread-safe.
-    Pickles empty (each process fills its own).
-    """
-
-    def __init__(self, max_bytes: int = 32 << 20) -> None:
-        self.max_bytes = max_bytes
-        self._groups: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
-        self._sizes: dict[tuple, int] = {}
-        self.bytes = 0
-        self._lock = threading.Lock()
-
-    def __getstate__(self):
-        return {"max_bytes": self.max_bytes}
-
-    def __setstate__(self, state) -> None:
-        self.__init__(state["max_bytes"])
-
-    def get(self, key: tuple) -> dict[str, np.ndarray] | None:
-        """The columns stored under ``key``, now the most recently used (None: not held)."""
-        with self._lock:
-            got = self._groups.get(key)
-            if got is not None:
-                self._groups.move_to_end(key)
-            return got
-
-    def put(self, key: tuple, columns: dict[str, np.ndarray]) -> None:
-        """Keep ``columns`` under ``key`` (not when larger than a quarter of the budget)."""
-        size = sum(v.nbytes for v in columns.values())
-        if size * 4 > self.max_bytes:
-            return
-        for v in columns.values():
-            v.flags.writeable = False
-        with self._lock:
-            if key in self._groups:
-                return
-            self._groups[key], self._sizes[key] = columns, size
-            self.bytes += size
-            while self.bytes > self.max_bytes:
-                old, _ = self._groups.popitem(last=False)
-                self.bytes -= self._sizes.pop(old)
 
 
 class ParquetTable:

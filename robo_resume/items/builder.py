@@ -15,7 +15,8 @@ import torch
 
 from ..errors import MetadataMismatchError, describe
 from ..format.metadata import DatasetMeta, EpisodeInfo
-from ..format.tabular import ParquetTable, RowGroupCache
+from ..format.row_groups import RowGroupCache
+from ..format.tabular import ParquetTable
 from ..format.validate import inside_root
 from ..format.video import VideoReader
 from .buffers import (

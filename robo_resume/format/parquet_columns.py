@@ -1,0 +1,75 @@
+"""A parquet column read for items as numpy (:func:`column_to_numpy`): scalars, fixed and
+variable lists, refused when ragged or holding nulls among their values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CorruptFileError, describe
+
+__all__ = ["column_to_numpy"]
+
+
+def column_to_numpy(
+    column, *, name: str, file: Path, first_row: int = 0, episode: int | None = None
+) -> np.ndarray:
+    """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D.
+
+    Lists of one length convert in one call to an array of their element type; lists of
+    different lengths, or holding nulls among their values, raise :class:`CorruptFileError`
+    naming the column, the file, ``episode`` and (from ``first_row``, the file row of the
+    column's first row) the row.
+    """
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    t = column.type
+    if pa.types.is_fixed_size_list(t):
+        values = column.flatten()
+        _refuse_null_values(values, t.list_size, name, file, first_row, episode)
+        return values.to_numpy(zero_copy_only=False).reshape(len(column), t.list_size)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        if len(column) == 0:
+            return np.zeros((0, 0), dtype=t.value_type.to_pandas_dtype())
+        offsets = column.offsets.to_numpy()
+        widths = np.diff(offsets)
+        if widths.min() != widths.max():
+            raise CorruptFileError(
+                describe(
+                    f"Column '{name}' holds lists of different lengths",
+                    expected="the same length in every row",
+                    found=f"lengths {sorted(set(widths.tolist()))}, the first other than "
+                    f"{int(widths[0])} in row {first_row + int(np.argmax(widths != widths[0]))}",
+                    file=file,
+                    episode=episode,
+                    fix="every row of a feature holds the same number of values; download the "
+                    "file again or rewrite the column",
+                )
+            )
+        values = column.flatten()
+        _refuse_null_values(values, int(widths[0]), name, file, first_row, episode)
+        return values.to_numpy(zero_copy_only=False).reshape(len(column), int(widths[0]))
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _refuse_null_values(values, width: int, name: str, file: Path, first_row: int, episode) -> None:
+    """Raise if the flattened list values of a column hold nulls (they would become NaN)."""
+    if values.null_count == 0:
+        return
+    import pyarrow.compute as pc
+
+    k = int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0])
+    raise CorruptFileError(
+        describe(
+            f"A data file's column '{name}' holds null values inside its lists",
+            expected="a number in every element of every row",
+            found=f"{values.null_count} null elements, the first in row "
+            f"{first_row + k // max(width, 1)}",
+            file=file,
+            episode=episode,
+            fix="the file is damaged or was written with missing values; download it again",
+        )
+    )
