@@ -30,6 +30,7 @@ from .errors import (
     format_ranges,
 )
 from .format.arrow_columns import release_freed_memory
+from .format.keyframes import keyframe_cuts
 from .format.metadata import DatasetMeta, load_metadata
 from .hub import resolve_dataset
 from .index.elastic import Layout, Level
@@ -211,7 +212,9 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         cut = self.tuning.cut_at_keyframes
         cuts = None
         if cut is not False:
-            cuts = self._keyframe_cuts(auto=cut is None, lookback=self._window_lookback())
+            cuts = keyframe_cuts(
+                self.meta, self._episodes, auto=cut is None, lookback=self._window_lookback()
+            )
         # whether the plan's chunks start on keyframes (cut_at_keyframes resolved; False
         # after adopting a resume state's plan without them, _adopt_even_plan)
         self.keyframe_cuts = cuts is not None

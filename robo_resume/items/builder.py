@@ -86,8 +86,8 @@ class ItemBuilder:
         d = self.delta or {}
         # (offsets as a (1, w) row, lowest, highest) of each window, for EpisodeRangeReader
         self.window_offsets = {k: (v[None, :], int(v.min()), int(v.max())) for k, v in d.items()}
-        lo = [int(v.min()) for v in d.values()]
-        hi = [int(v.max()) for v in d.values()]
+        lo = [w[1] for w in self.window_offsets.values()]
+        hi = [w[2] for w in self.window_offsets.values()]
         self.window_before = max(0, -min(lo)) if lo else 0
         self.window_after = max(0, max(hi)) if hi else 0
 

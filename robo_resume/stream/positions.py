@@ -17,7 +17,6 @@ from ..errors import (
     ResumeStateError,
     describe,
 )
-from ..format.keyframes import keyframe_cuts
 from ..index.elastic import Layout, Level, build_layout, check_positions, replan
 from ..index.plan import EpisodeSpans, Plan, make_chunks
 from ..index.schedule import (
@@ -288,11 +287,6 @@ class _Positions:
         if not window:
             return 0
         return max(0, int(np.ceil(-min(window) * self.meta.fps - 1e-6)))
-
-    def _keyframe_cuts(self, auto: bool, lookback: int = 0) -> dict[int, np.ndarray] | None:
-        """Keyframe cut points of the selected episodes (see
-        :func:`~robo_resume.format.keyframes.keyframe_cuts`)."""
-        return keyframe_cuts(self.meta, self._episodes, auto=auto, lookback=lookback)
 
     def _adopt_even_plan(self, theirs: Any) -> None:
         """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became
