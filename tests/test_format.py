@@ -90,6 +90,29 @@ def test_one_seek_per_camera_for_a_contiguous_range(factory):
         check_item(ds, item, 1, 5 + k)
 
 
+@pytest.mark.parametrize(
+    "frames",
+    [range(4, 9), range(36, 41), [5, 7, 6], [5, 5], range(9, 4, -1), np.array([6, 8, 40])],
+    ids=["before-start", "past-stop", "decreasing", "repeated", "negative-step", "array-past"],
+)
+def test_a_range_reader_refuses_frames_outside_or_out_of_order(factory, frames):
+    ds = factory(num_cameras=1)
+    builder = ItemBuilder(load_metadata(ds.root))
+    with builder.episode_reader(1, 5, 40) as r:
+        with pytest.raises(IndexError, match=r"increasing and inside the reader's range"):
+            r.raw(frames)
+        check_item(ds, r.items(range(5, 40, 7))[1], 1, 12)  # a stepped range is read
+
+
+def test_frames_at_refuses_decreasing_timestamps(factory):
+    ds = factory(num_cameras=1)
+    path = next(ds.root.glob("videos/**/*.mp4"))
+    with VideoReader(path) as v:
+        with pytest.raises(ValueError, match="non-decreasing timestamps"):
+            v.frames_at([0.1, 0.2, 0.15])
+        assert v.frames_at([0.1, 0.1, 0.2]).shape[0] == 3  # repeats are fine
+
+
 def test_delta_windows_clamp_and_pad(factory):
     ds = factory(num_cameras=1)
     cam = ds.camera_keys[0]

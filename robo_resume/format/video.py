@@ -18,6 +18,7 @@ after-fork hook, the stream facts, the planar conversion, the probe) is small an
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import weakref
 from collections import OrderedDict, deque
@@ -459,7 +460,9 @@ class VideoReader:
         n = len(ts)
         if n == 0:
             return out if out is not None else np.zeros((0, 0, 0, 3), dtype=np.uint8)
-        if n > 1 and np.any(np.diff(ts) < 0):
+        want = ts.tolist()
+        # a few timestamps per call on the stream's path: a loop over the list beats np.diff
+        if n > 1 and any(b < a for a, b in itertools.pairwise(want)):
             raise ValueError("frames_at needs non-decreasing timestamps")
         if out is not None:
             if rows is None:
@@ -477,7 +480,7 @@ class VideoReader:
         if self._cache and self._cache_layout == channels_first:
             filled = [False] * n
             keys = list(self._cache)
-            for i, t in enumerate(ts.tolist()):
+            for i, t in enumerate(want):
                 j = bisect.bisect_left(keys, t - tolerance_s)
                 if j < len(keys) and abs(keys[j] - t) < tolerance_s:
                     image = self._cache[keys[j]]
@@ -491,7 +494,6 @@ class VideoReader:
         if not pending:
             return out
 
-        want = ts.tolist()
         first = want[pending[0]]
         self._open()
         if (

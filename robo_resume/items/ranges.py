@@ -228,12 +228,18 @@ class EpisodeRangeReader:
 
     def _checked(self, frames: Sequence[int] | range) -> np.ndarray:
         """``frames`` as an int64 array, checked to be increasing and inside the range."""
-        frames = np.asarray(frames, dtype=np.int64)
-        if frames.size and (
-            frames[0] < self.start
-            or frames[-1] >= self.stop
-            or (frames.size > 1 and np.any(np.diff(frames) <= 0))
-        ):
+        if isinstance(frames, range) and frames.step > 0:  # the stream's reads: increasing
+            first, last = frames.start, frames.start + (len(frames) - 1) * frames.step
+            frames = np.arange(frames.start, frames.stop, frames.step, dtype=np.int64)
+            bad = bool(frames.size) and (first < self.start or last >= self.stop)
+        else:
+            frames = np.asarray(frames, dtype=np.int64)
+            bad = bool(frames.size) and (
+                frames[0] < self.start
+                or frames[-1] >= self.stop
+                or (frames.size > 1 and bool((frames[1:] <= frames[:-1]).any()))
+            )
+        if bad:
             raise IndexError(
                 describe(
                     "Frames must be increasing and inside the reader's range",
