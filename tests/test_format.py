@@ -113,6 +113,26 @@ def test_frames_at_refuses_decreasing_timestamps(factory):
         assert v.frames_at([0.1, 0.1, 0.2]).shape[0] == 3  # repeats are fine
 
 
+def test_idle_decoders_keep_every_file_before_a_second_of_one(factory):
+    # Beyond IDLE_DECODERS idle decoders, a file's extra one closes before another file's only
+    # one: the next chunk of that other file starts without opening its mp4 again.
+    from robo_resume.items import IDLE_DECODERS
+
+    ds = factory(num_cameras=2)
+    builder = ItemBuilder(load_metadata(ds.root))
+    a, b = sorted(ds.root.glob("videos/**/*.mp4"))[:2]
+    only_b = builder.video(b, episode=0, cache_frames=0)
+    builder.release(only_b)  # the oldest idle decoder
+    several_a = [builder.video(a, episode=0, cache_frames=0) for _ in range(IDLE_DECODERS)]
+    for r in several_a:
+        builder.release(r)  # one more than the limit: one closes
+    assert len(builder._idle) == IDLE_DECODERS
+    assert builder.video(b, episode=1, cache_frames=0) is only_b  # kept, reused
+    assert several_a[0] not in builder._idle.values()  # a's oldest went instead
+    assert all(r in builder._idle.values() for r in several_a[1:])
+    builder.close()
+
+
 def test_delta_windows_clamp_and_pad(factory):
     ds = factory(num_cameras=1)
     cam = ds.camera_keys[0]
