@@ -101,6 +101,25 @@ def test_convert_at_an_address_writes_that_row_and_declines_the_rest():
     assert not batch[[0, 1, 3]].any()
 
 
+def test_writer_converts_its_format_and_size_and_declines_the_rest():
+    # gbrp_writer: convert_gbrp_at with the per-stream lookups made once
+    write = swscale.gbrp_writer("yuv420p", 96, 96)
+    assert write is not None
+    batch = np.zeros((4, 3, 96, 96), np.uint8)
+    base, step = batch.ctypes.data, batch.strides[0]
+    frames = [_frame("yuv420p", 96, 96, seed=s) for s in (5, 6)]
+    assert write(frames[0], base + 3 * step) and write(frames[1], base)
+    np.testing.assert_array_equal(batch[3], _pyav_planar(frames[0]))
+    np.testing.assert_array_equal(batch[0], _pyav_planar(frames[1]))
+    before = batch.copy()
+    assert not write(_frame("yuv444p", 96, 96), base + step)  # another format
+    assert not write(_frame("yuv420p", 96, 80), base + step)  # another size
+    assert not write(frames[0], base + step + 1)  # not aligned
+    np.testing.assert_array_equal(batch, before)  # nothing written by the refusals
+    assert swscale.gbrp_writer("yuv420p", 90, 90) is None  # rows not 16-byte aligned
+    assert swscale.gbrp_writer("no-such-format", 96, 96) is None
+
+
 def test_frames_at_into_a_batch_equals_rgb24_by_address(factory):
     # VideoReader.frames_at converting straight into rows of a batch (by address) gives the
     # frames rgb24 gives, each in its row, whatever the row order

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["available", "convert_gbrp", "convert_gbrp_at"]
+__all__ = ["available", "convert_gbrp", "convert_gbrp_at", "gbrp_writer"]
 
 _UINT8 = np.dtype(np.uint8)
 _SWS_BILINEAR = 2  # what PyAV's reformat uses by default
@@ -186,3 +188,45 @@ def convert_gbrp_at(frame, address: int, shape: tuple[int, ...]) -> bool:
     dst_strides[0] = dst_strides[1] = dst_strides[2] = w
     scale = libs.sws.sws_scale if plane >= _RELEASE_GIL_FROM else libs.scale_holding_gil
     return scale(ptr, src, strides, 0, h, dst, dst_strides) == h
+
+
+def gbrp_writer(fmt: str, width: int, height: int) -> Callable[[Any, int], bool] | None:
+    """A function ``write(frame, address)`` doing :func:`convert_gbrp_at` for frames of one
+    source format and size, with what does not change from frame to frame looked up once.
+
+    For a caller converting a run of frames of one stream on one thread (the writer uses that
+    thread's swscale context and argument arrays: call it on the thread that made it).
+    ``write`` returns False, having written nothing, for a frame of another format or size or
+    an ``address`` not 16-byte aligned; the caller then converts that frame another way. None
+    when frames of this format and size cannot be converted this way (see :func:`convert_gbrp`).
+    Per 96x96 frame, about half the Python time of :func:`convert_gbrp_at`.
+    """
+    libs = _LIBS or _libs()
+    if libs is None or width % _ALIGN or (height * width) % _ALIGN:
+        return None
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is None:
+        ctx = _LOCAL.ctx = _Contexts(libs)
+    ptr = ctx.get(fmt, width, height)
+    if ptr is None:
+        return None
+    context = ctypes.c_void_p(ptr)
+    src, strides, dst, dst_strides = ctx.src, ctx.strides, ctx.dst, ctx.dst_strides
+    plane = height * width
+    scale = libs.sws.sws_scale if plane >= _RELEASE_GIL_FROM else libs.scale_holding_gil
+
+    def write(frame, address: int) -> bool:
+        if (
+            frame.width != width
+            or frame.height != height
+            or address % _ALIGN
+            or frame.format.name != fmt
+        ):
+            return False
+        for i, p in enumerate(frame.planes):
+            src[i], strides[i] = p.buffer_ptr, p.line_size
+        dst[0], dst[1], dst[2] = address + plane, address + 2 * plane, address  # G, B, R
+        dst_strides[0] = dst_strides[1] = dst_strides[2] = width
+        return scale(context, src, strides, 0, height, dst, dst_strides) == height
+
+    return write

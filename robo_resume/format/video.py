@@ -25,6 +25,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from ..errors import (
     VideoDecodeError,
     describe,
 )
-from .swscale import convert_gbrp, convert_gbrp_at
+from .swscale import convert_gbrp, convert_gbrp_at, gbrp_writer
 
 __all__ = [
     "VideoReader",
@@ -509,6 +510,7 @@ class VideoReader:
         keep_from = first - tolerance_s
         tb = self._time_base
         addr0, step = _row_addresses(out) if channels_first else (None, 0)
+        writer: Any = None  # a gbrp_writer for the stream's frames once known good; False: none
         recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
 
         k, m = 0, len(pending)
@@ -537,7 +539,11 @@ class VideoReader:
                 row = pending[k] if at is None else at[pending[k]]
                 image = out[row]
                 if channels_first:
-                    planar_rgb(frame, image, None if addr0 is None else addr0 + row * step)
+                    address = None if addr0 is None else addr0 + row * step
+                    if not (writer and address is not None and writer(frame, address)):
+                        planar_rgb(frame, image, address)
+                        if writer is None and address is not None:
+                            writer = _planar_writer(frame) or False
                 else:
                     image[...] = frame.to_ndarray(format="rgb24")
                 k += 1
@@ -592,6 +598,14 @@ def _row_addresses(out: np.ndarray | None) -> tuple[int | None, int]:
     if out is None or out.dtype != np.uint8 or out.ndim != 4 or not out.flags.c_contiguous:
         return None, 0
     return out.ctypes.data, out.strides[0]
+
+
+def _planar_writer(frame) -> Any:
+    """A :func:`~robo_resume.format.swscale.gbrp_writer` for frames like ``frame``, once
+    :func:`planar_rgb` found that conversion equal to ``rgb24`` for their format and size;
+    None otherwise (the frames then go through :func:`planar_rgb`)."""
+    key = (frame.format.name, frame.width, frame.height)
+    return gbrp_writer(*key) if _PLANAR_OK.get(key) else None
 
 
 def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
