@@ -116,6 +116,7 @@ class _Contexts:
     def __init__(self, libs: _Libs) -> None:
         self.libs = libs
         self.ptrs: dict[tuple[str, int, int], int] = {}
+        self.writers: dict[tuple[str, int, int], tuple[int, Any]] = {}  # gbrp_writer's, by key
         # argument arrays reused by every call of this thread (filled in place)
         self.src, self.dst = (ctypes.c_void_p * 4)(), (ctypes.c_void_p * 4)()
         self.strides, self.dst_strides = (ctypes.c_int * 4)(), (ctypes.c_int * 4)()
@@ -195,7 +196,8 @@ def gbrp_writer(fmt: str, width: int, height: int) -> Callable[[Any, int], bool]
     source format and size, with what does not change from frame to frame looked up once.
 
     For a caller converting a run of frames of one stream on one thread (the writer uses that
-    thread's swscale context and argument arrays: call it on the thread that made it).
+    thread's swscale context and argument arrays: call it on the thread that made it; each
+    thread keeps its writers, so asking again is a lookup).
     ``write`` returns False, having written nothing, for a frame of another format or size or
     an ``address`` not 16-byte aligned; the caller then converts that frame another way. None
     when frames of this format and size cannot be converted this way (see :func:`convert_gbrp`).
@@ -207,9 +209,14 @@ def gbrp_writer(fmt: str, width: int, height: int) -> Callable[[Any, int], bool]
     ctx = getattr(_LOCAL, "ctx", None)
     if ctx is None:
         ctx = _LOCAL.ctx = _Contexts(libs)
+    key = (fmt, width, height)
+    made = ctx.writers.get(key)
+    if made is not None and ctx.ptrs.get(key) == made[0]:
+        return made[1]
     ptr = ctx.get(fmt, width, height)
     if ptr is None:
         return None
+    ptrs = ctx.ptrs
     context = ctypes.c_void_p(ptr)
     src, strides, dst, dst_strides = ctx.src, ctx.strides, ctx.dst, ctx.dst_strides
     plane = height * width
@@ -221,6 +228,7 @@ def gbrp_writer(fmt: str, width: int, height: int) -> Callable[[Any, int], bool]
             or frame.height != height
             or address % _ALIGN
             or frame.format.name != fmt
+            or ptrs.get(key) != ptr  # the thread's context was freed (more than MAX formats)
         ):
             return False
         for i, p in enumerate(frame.planes):
@@ -229,4 +237,5 @@ def gbrp_writer(fmt: str, width: int, height: int) -> Callable[[Any, int], bool]
         dst_strides[0] = dst_strides[1] = dst_strides[2] = width
         return scale(context, src, strides, 0, height, dst, dst_strides) == height
 
+    ctx.writers[key] = (ptr, write)
     return write

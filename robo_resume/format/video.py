@@ -510,7 +510,7 @@ class VideoReader:
         keep_from = first - tolerance_s
         tb = self._time_base
         addr0, step = _row_addresses(out) if channels_first else (None, 0)
-        writer: Any = None  # a gbrp_writer for the stream's frames once known good; False: none
+        writer: Any = None  # a gbrp_writer for the stream's frames once known good (else falsy)
         recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
 
         k, m = 0, len(pending)
@@ -540,10 +540,12 @@ class VideoReader:
                 image = out[row]
                 if channels_first:
                     address = None if addr0 is None else addr0 + row * step
+                    if writer is None and address is not None:
+                        writer = _planar_writer(frame) or False
                     if not (writer and address is not None and writer(frame, address)):
                         planar_rgb(frame, image, address)
-                        if writer is None and address is not None:
-                            writer = _planar_writer(frame) or False
+                        if writer is False and address is not None:  # asked once more: the
+                            writer = _planar_writer(frame) or 0  # first frame checked the format
                 else:
                     image[...] = frame.to_ndarray(format="rgb24")
                 k += 1
