@@ -3,6 +3,7 @@ and the float conversion of images done once per batch (:func:`to_float`)."""
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,6 +21,9 @@ def _empty(shape: torch.Size, dtype: torch.dtype, shared: bool) -> torch.Tensor:
         numel *= d
     storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(numel)
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {}  # torch dtype -> numpy's, for BufferPool
 
 
 class BufferPool:
@@ -47,8 +51,10 @@ class BufferPool:
     def empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
         """An uninitialised CPU tensor of ``shape`` and ``dtype`` (see the class)."""
         shape = tuple(int(d) for d in shape)
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        if int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize < self.min_bytes:
+        np_dtype = _NUMPY_DTYPES.get(dtype)
+        if np_dtype is None:  # looked up once per dtype (a tensor made for it costs ~10 us)
+            np_dtype = _NUMPY_DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+        if math.prod(shape) * np_dtype.itemsize < self.min_bytes:
             return torch.empty(shape, dtype=dtype)
         key = (shape, np_dtype.str)
         try:
