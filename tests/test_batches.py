@@ -88,16 +88,26 @@ def test_batches_equal_collated_items(
 @pytest.mark.parametrize(
     ("num_workers", "batch_size", "image_dtype", "delta"),
     [
-        (0, 7, "float32", False),
-        (0, 5, "uint8", True),
-        (2, 8, "float32", True),
-        (2, 6, "uint8", False),
+        (0, 7, "float32", None),
+        (0, 5, "uint8", "sliding"),
+        (2, 8, "float32", "sliding"),
+        (2, 6, "uint8", None),
+        (0, 6, "uint8", "gaps"),
     ],
 )
 def test_batches_equal_reader_items_collated(two_cams, num_workers, batch_size, image_dtype, delta):
     """Independent of the stream's machinery: every batch equals ``default_collate`` of
-    :class:`LeRobotReader` items (random access, one frame at a time) at the batch's indices."""
-    dt = {"action": [0.0, 0.1, 0.2], "observation.images.cam0": [-0.1, 0.0]} if delta else None
+    :class:`LeRobotReader` items (random access, one frame at a time) at the batch's indices.
+    Camera windows over consecutive frames in order ("sliding") take the read's precomputed
+    places (ranges._window_run); others ("gaps": a gap, a reversed order) search them."""
+    dt = {
+        None: None,
+        "sliding": {"action": [0.0, 0.1, 0.2], "observation.images.cam0": [-0.1, 0.0]},
+        "gaps": {
+            "observation.images.cam0": [-0.2, 0.0],
+            "observation.images.cam1": [0.0, -0.1, -0.2],
+        },
+    }[delta]
     kw = dict(image_dtype=image_dtype, delta_timestamps=dt)
     ds = ChunkedEpisodeDataset(
         two_cams,

@@ -3,6 +3,7 @@ camera, as columns or as items (:func:`unbind`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -328,12 +329,27 @@ class EpisodeRangeReader:
         ``buffer`` is returned)."""
         ref = self.ep.videos[cam]
         wanted = q if q is not None else frames
-        uniq = np.unique(wanted) if q is not None else frames
+        run = None  # the places of a window sliding over consecutive frames (see _window_run)
+        if q is not None:
+            _, lo, hi = self.builder.window_offsets[cam]
+            n, f0 = len(frames), int(frames[0])
+            if (
+                cam in self.builder.sliding_windows
+                and int(frames[-1]) - f0 == n - 1  # consecutive (frames are increasing)
+                and f0 + lo >= 0
+                and int(frames[-1]) + hi < self.ep.length  # nothing clipped
+            ):
+                run = _window_run(n, hi - lo + 1)
+                uniq = np.arange(f0 + lo, f0 + lo + n + hi - lo, dtype=np.int64)
+            else:
+                uniq = np.unique(wanted)
+        else:
+            uniq = frames
         times = ref.from_timestamp + self.timestamps[uniq - self.lo]
         video = self._video(cam)
         tol = self.builder.options.tolerance_s
         if into is not None and q is not None:
-            return self._window_into(video, times, uniq, q, *into)
+            return self._window_into(video, times, uniq, q, *into, run=run)
         decoded = video.frames_at(
             times,
             tolerance_s=tol,
@@ -355,14 +371,31 @@ class EpisodeRangeReader:
         q: np.ndarray,
         buffer: np.ndarray,
         rows: np.ndarray,
+        run: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Decode a delta window's frames into ``buffer[rows]`` (``(B, w, 3, H, W)``, or
         ``(B, 3, H, W)`` for a one-frame window): each distinct frame is decoded once into its
-        first place and copied to the others (a frame is in the windows of several items)."""
+        first place and copied to the others (a frame is in the windows of several items).
+        ``run``: :func:`_window_run` of the read, when its windows slide over consecutive
+        frames (the places are then known without searching ``q``)."""
         w = q.shape[1]
         flat = buffer.view()
         flat.shape = (-1, *buffer.shape[-3:])  # a view of (B * w) frames; never a copy
         dest = (np.asarray(rows, dtype=np.int64)[:, None] * w + np.arange(w)).ravel()
+        if run is not None:
+            first, copies, sources = run
+            primary = dest[first]
+            video.frames_at(
+                times,
+                tolerance_s=self.builder.options.tolerance_s,
+                frame_numbers=uniq.tolist(),
+                channels_first=True,
+                out=flat,
+                rows=primary,
+            )
+            for d, src in zip(dest[copies].tolist(), primary[sources].tolist(), strict=True):
+                flat[d] = flat[src]  # one copy per place (a fancy-indexed copy makes two)
+            return buffer
         which = np.searchsorted(uniq, q).ravel()  # the distinct frame each place shows
         _, first = np.unique(which, return_index=True)  # every distinct frame occurs
         primary = dest[first]
@@ -379,6 +412,23 @@ class EpisodeRangeReader:
         for d, src in zip(dest[others].tolist(), primary[which[others]].tolist(), strict=True):
             flat[d] = flat[src]  # one copy per place (a fancy-indexed copy makes two)
         return buffer
+
+
+@functools.lru_cache(maxsize=256)
+def _window_run(n: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where the frames of ``n`` windows of ``w`` consecutive offsets over ``n`` consecutive
+    frames go, places numbered ``i * w + k`` (item ``i``, offset ``k``; place ``(i, k)`` shows
+    distinct frame ``i + k``): ``(first, copies, sources)``, the first place showing each of the
+    ``n + w - 1`` distinct frames, the other places, and the distinct frame each of those shows.
+    What ``np.unique`` and ``np.searchsorted`` find for such a read, computed once per shape."""
+    which = (np.arange(n)[:, None] + np.arange(w)).ravel()
+    _, first = np.unique(which, return_index=True)
+    others = np.ones(n * w, dtype=bool)
+    others[first] = False
+    copies = np.flatnonzero(others)
+    for a in (first, copies, which):
+        a.flags.writeable = False  # shared by every read of this shape
+    return first, copies, which[copies]
 
 
 def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
