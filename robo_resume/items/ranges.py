@@ -426,9 +426,10 @@ def _window_run(n: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     others = np.ones(n * w, dtype=bool)
     others[first] = False
     copies = np.flatnonzero(others)
-    for a in (first, copies, which):
+    sources = which[copies]
+    for a in (first, copies, sources):
         a.flags.writeable = False  # shared by every read of this shape
-    return first, copies, which[copies]
+    return first, copies, sources
 
 
 def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
