@@ -51,11 +51,12 @@ def test_threads_give_the_batches_of_one_thread(factory, cameras, delta):
 
 
 @pytest.mark.parametrize(
-    ("size", "cameras", "threads"), [((48, 64), 1, 1), ((48, 64), 2, 2), ((64, 64), 1, 2)]
+    ("size", "cameras", "threads"),
+    [((48, 64), 2, 1), ((96, 96), 2, 1), ((128, 128), 1, 2), ((128, 128), 3, 3)],
 )
 def test_default_threads_follow_the_frame_size(factory, size, cameras, threads, monkeypatch):
-    """num_workers=0: one thread per camera, and 2 from 64x64-pixel frames (tiny frames lose
-    more to GIL hand-offs than a second thread gives)."""
+    """num_workers=0: one thread below 128x128-pixel frames (small frames lose more to GIL
+    hand-offs than a second thread gives), from there one per camera and at least 2."""
     import robo_resume.stream.reading as reading
 
     monkeypatch.setattr(reading, "_cores", lambda: 2)

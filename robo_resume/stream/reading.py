@@ -52,12 +52,14 @@ PLAIN_LOADER_NOTE = (
 )
 
 
-THREADS_FROM_PIXELS = 64 * 64
+THREADS_FROM_PIXELS = 128 * 128
 """Frame size (pixels, largest camera) from which a ``num_workers=0`` stream decodes the chunks
-of a batch on 2 threads by default (below it, one thread per camera). Measured on this 2-core
-machine: factory 96x96 frames, 2 threads 1.07-1.10x the frames/s of one (quiet, 3 paired runs);
-the test suite's 48x64 frames, 6 decode-heavy test files on 2 pytest processes, 103 s with the
-extra thread against 96 s without (80 against 74 s of CPU); open50 480x640 about 2x."""
+of a batch on 2 threads (at least one per camera) by default; below it, on one thread. From
+this size swscale's conversion releases the GIL too (``format/swscale._RELEASE_GIL_FROM``).
+Measured on this 2-core machine, quiet, in one process (alternating 10-batch blocks, 30
+rounds, uint8, 0 workers), time per sample with one thread against the previous default of
+2: factory 96x96 2 cameras AV1 0.90x (0.94x with delta windows), h264 0.76x (0.73x); 224x224
+AV1 1.24x (1.14x); open50 480x640 1.42x. Sizes between 96x96 and 224x224 were not measured."""
 
 
 def _cores() -> int:
@@ -159,7 +161,7 @@ class _Reading:
         elif self._frame_pixels() >= THREADS_FROM_PIXELS:
             threads = max(cams, min(2, _cores()))
         else:
-            threads = cams  # tiny frames: another thread costs more in GIL hand-offs than it gives
+            threads = 1  # small frames: another thread costs more in GIL hand-offs than it gives
         self.items.camera_threads = max(threads, 1)
 
     def _frame_pixels(self) -> int:

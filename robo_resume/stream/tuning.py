@@ -78,9 +78,9 @@ class StreamTuning:
             with FFmpeg threads were seen to deadlock when garbage-collected.
         camera_threads: threads decoding concurrently in one process: the cameras of a chunk,
             and the chunks of a batch (PyAV decodes and swscale converts without the GIL).
-            None (default): in the main process (``num_workers=0``) one per camera, and at
-            least 2 for frames of 64x64 pixels or more (1 on a single core); 1 in DataLoader
-            workers.
+            None (default): in the main process (``num_workers=0``) one for frames smaller
+            than 128x128 pixels (a second thread loses more to GIL hand-offs than it gives),
+            else one per camera and at least 2 (1 on a single core); 1 in DataLoader workers.
     """
 
     interleave: int = 4
