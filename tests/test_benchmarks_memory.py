@@ -1,14 +1,17 @@
 """The memory benchmark runs (``--quick``) and writes complete JSON with real RSS numbers.
 
 Nothing about the sizes is asserted beyond "positive and present" (the machine may be busy and
-allocators differ); only that every measurement reports each worker's peak RSS.
+allocators differ); only that every measurement reports each worker's peak RSS. The script's
+``main`` runs in this process (it only writes the datasets and starts one fresh process per
+measurement, as from the command line), which saves starting Python and torch once more.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,28 +26,34 @@ def positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``python benchmarks/memory.py ARGV`` in this process: (exit code, stdout).
+
+    What the script sets for its own process is put back afterwards: the ``sys.path`` entry of
+    benchmarks/ (for its ``_common``) and the level of the ``robo_resume`` logger (pytest puts
+    the warning filters back itself).
+    """
+    path, level = list(sys.path), logging.getLogger("robo_resume").level
+    try:
+        spec = importlib.util.spec_from_file_location("robo_resume_bench_memory", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        code = module.main(argv)
+    finally:
+        sys.path[:] = path
+        logging.getLogger("robo_resume").setLevel(level)
+    return code, capsys.readouterr().out
+
+
 @pytest.mark.slow(22)
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc")
-def test_memory_benchmark_quick(tmp_path: Path) -> None:
+def test_memory_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "memory.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--quick",
-            "--json",
-            str(out),
-            "--data-dir",
-            str(tmp_path / "data"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, f"memory.py failed:\n{proc.stdout}\n{proc.stderr}"
-    assert proc.stdout.startswith("machine: "), proc.stdout[:200]
-    assert "conclusion: " in proc.stdout and "MB per extra open chunk" in proc.stdout
+    argv = ["--quick", "--json", str(out), "--data-dir", str(tmp_path / "data")]
+    code, stdout = run_main(argv, capsys)
+    assert code == 0, f"memory.py failed:\n{stdout}"
+    assert stdout.startswith("machine: "), stdout[:200]
+    assert "conclusion: " in stdout and "MB per extra open chunk" in stdout
 
     data = json.loads(out.read_text())
     assert {"benchmark", "quick", "machine", "batch_size", "num_workers", "batches"} <= set(data)

@@ -229,20 +229,24 @@ def _steps(path):
     return out
 
 
-@pytest.mark.parametrize(
-    ("workers", "stop", "every", "resume_workers"),
-    [(2, 18, 9, "0"), (0, 12, 6, "2")],  # at an epoch's end with 2 -> 0; at 2/3 of it, 0 -> 2
-)
-def test_train_policy_example_trains_two_epochs(
-    tmp_path, factory, workers, stop, every, resume_workers
-):
-    """examples/train_policy.py (140 frames, batch 8: 18 batches per epoch with 0 or 2 workers)."""
+def test_train_policy_example_trains_two_epochs(tmp_path, factory):
+    """examples/train_policy.py (140 frames, batch 8: 18 batches per epoch with 0 or 2 workers).
+
+    One run crashed twice and resumed with another worker count each time: 0 workers crash at
+    step 12 (checkpoint at 2/3 of epoch 0), 2 workers resume and crash at step 18 (checkpoint at
+    the end of epoch 0), 0 workers resume and finish epoch 1. Both resumes are elastic: 0 -> 2
+    inside an epoch, 2 -> 0 at an epoch's end.
+    """
     data = factory(episode_lengths=(31, 44, 27, 38), num_cameras=1).root  # the example's own
     args = (EXAMPLES / "train_policy.py", "--workdir", tmp_path, "--root", data)
-    args += ("--checkpoint-every", every)
-    code, out = _run(*args, "--num-workers", workers, "--stop-at-step", stop, ok=False)
-    assert code == 1 and f"crashing after step {stop}" in out
-    _, out = _run(*args, "--num-workers", resume_workers, "--resume")
+    code, out = _run(*args, "--num-workers", 0, "--checkpoint-every", 6, "--stop-at-step", 12,
+                     ok=False)  # fmt: skip
+    assert code == 1 and "crashing after step 12 (last checkpoint: step 12)" in out
+    code, out = _run(*args, "--num-workers", 2, "--checkpoint-every", 9, "--stop-at-step", 18,
+                     "--resume", ok=False)  # fmt: skip
+    assert code == 1 and "crashing after step 18 (last checkpoint: step 18)" in out
+    assert sorted(_steps(tmp_path / "consumed.txt")) == list(range(1, 19))
+    _, out = _run(*args, "--num-workers", 0, "--checkpoint-every", 9, "--resume")
     assert "finished at step 36" in out
     steps = _steps(tmp_path / "consumed.txt")
     assert sorted(steps) == list(range(1, 37))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from robo_resume import ChunkedEpisodeDataset
+from robo_resume.audit import consume
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -34,29 +38,32 @@ def steps(path):
     return out
 
 
-@pytest.mark.slow(16)
+@pytest.mark.slow(12)
 def test_train_policy_crash_and_resume(tmp_path):
-    full, crash = tmp_path / "full", tmp_path / "crash"
-    run(EXAMPLES / "train_policy.py", "--workdir", full)
-    r = run(
-        EXAMPLES / "train_policy.py",
-        "--workdir",
-        crash,
-        "--root",
-        full / "dataset",
-        "--stop-at-step",
-        "7",
-        ok=False,
-    )
+    """Crash after step 7 (last checkpoint: step 5), resume: the uninterrupted order exactly.
+
+    The uninterrupted order is computed in this process (the example's dataset and loader:
+    batch 8, seed 0, chunk_frames 16, 2 workers, 2 epochs) rather than by a third run of the
+    example: the crashed run's steps 1-7 are themselves uninterrupted and must agree with it.
+    """
+    crash = tmp_path / "crash"  # no --root: the example writes its own dataset there
+    r = run(EXAMPLES / "train_policy.py", "--workdir", crash, "--stop-at-step", "7", ok=False)
     assert r.returncode == 1 and "crashing after step 7 (last checkpoint: step 5)" in r.stdout
-    run(EXAMPLES / "train_policy.py", "--workdir", crash, "--root", full / "dataset", "--resume")
-    want = {s: v[0] for s, v in steps(full / "consumed.txt").items()}
+    run(EXAMPLES / "train_policy.py", "--workdir", crash, "--resume")
+    make = functools.partial(
+        ChunkedEpisodeDataset, crash / "dataset", batch_size=8, seed=0, chunk_frames=16
+    )
+    batches, _ = consume(make, num_workers=2, epochs=2)
+    want = {step: idx for step, (_, idx) in enumerate(batches, 1)}
+    assert sorted(want) == list(range(1, 37))  # 140 frames, batch 8, 2 workers: 18 per epoch
     got = steps(crash / "consumed.txt")
     # steps 6 and 7 ran twice (after the checkpoint, then again after the resume): the
     # training used the second run of them, which must equal the uninterrupted run exactly
     trained = {s: v[-1] for s, v in got.items()}
     assert trained == want
     assert [len(v) for s, v in sorted(got.items())][5:7] == [2, 2]
+    # the crashed run's steps 6 and 7 (after the checkpoint) were uninterrupted too
+    assert [got[s][0] for s in (6, 7)] == [want[6], want[7]]
 
 
 def test_stateful_dataloader_example():

@@ -121,9 +121,33 @@ def resume_args(out: Path) -> list[str]:
     return ["--resume=true", f"--config_path={cfg}"]
 
 
-@pytest.mark.slow(50)
+def data_state_of_another_dataset_is_refused(data, ref: Path) -> None:
+    """A copy of ``ref`` (an uninterrupted run on dataset a) resumed on dataset c: refused."""
+    base, _, _, other = data
+    out = base / "other"
+    shutil.copytree(ref, out, symlinks=True)
+    assert (ckpt(out, "last") / "training_state" / "robo_resume" / "data_state.json").is_file()
+    code, text = train(
+        [*TINY_ACT, "--dataset.repo_id=local/a", "--batch_size=4", "--num_workers=0", "--seed=3",
+         "--save_freq=4", f"--dataset.root={other}", "--steps=12", f"--output_dir={out}",
+         "--dataset.eval_split=0.0", "--eval_steps=0", *resume_args(out)],
+        ok=False,
+    )  # fmt: skip
+    assert code == 2, text[-3000:]
+    assert "holds the data state of another run's data" in text
+    assert "Traceback" not in text
+
+
+@pytest.mark.slow(62)
 def test_kill_resume_bit_identical(data):
-    """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit."""
+    """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit.
+
+    The runs hold out episodes (lerobot's --dataset.eval_split, evaluated every 4 steps): tasks
+    alternate over the 4 episodes, so episodes 2 and 3 are held out and 0 and 1 (frames 0-64)
+    train. Then a copy of the uninterrupted run's checkpoint is resumed with another dataset
+    and refused (here, not in a test of its own sharing these runs through a module fixture:
+    pytest-xdist may run a file's tests in two processes, and each would make the runs).
+    """
     base, root, _, _ = data
     common = [
         *TINY_ACT,
@@ -134,6 +158,8 @@ def test_kill_resume_bit_identical(data):
         "--save_freq=4",
         "--num_workers=2",
         "--seed=3",
+        "--dataset.eval_split=0.5",
+        "--eval_steps=4",
     ]
     # The reference and the killed run start their workers with fork (quick); the resumed run
     # with spawn, lerobot's default, whose workers need their own log handler for the resume
@@ -145,6 +171,10 @@ def test_kill_resume_bit_identical(data):
     ref, run = base / "ref", base / "run"
     _, ref_out = train([*common, fork, f"--output_dir={ref}"], base / "ref.idx")
     assert "Checkpoint policy after step 8" in ref_out
+    # the held-out episodes: evaluated at steps 4 and 8, never trained on
+    assert "Train/eval split: 2 train, 2 eval" in ref_out
+    assert ref_out.count("eval_loss=") == 2
+    assert all(max(idx) < 65 for _, idx in steps_of(base / "ref.idx"))
     kill_at = random.Random(os.environ.get("PYTEST_XDIST_WORKER", "0")).randint(5, 7)
     train_until_killed([*common, fork, f"--output_dir={run}"], kill_at, base / "run.idx")
     assert os.readlink(ckpt(run, "last")) == "000004"
@@ -171,6 +201,7 @@ def test_kill_resume_bit_identical(data):
     cfg = TrainPipelineConfig.from_pretrained(ckpt(run, "last") / "pretrained_model")
     assert cfg.batch_size == 4 and cfg.steps == 8
     assert cfg.dataloader_multiprocessing_context == "spawn"
+    data_state_of_another_dataset_is_refused(data, ref)
 
 
 def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
@@ -286,32 +317,6 @@ def test_plain_lerobot_checkpoint_resumes_with_warning(data):
     )  # fmt: skip
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert (ckpt(out, 4) / "pretrained_model" / "model.safetensors").is_file()
-
-
-@pytest.mark.slow(34)
-def test_data_state_of_another_dataset_is_refused(data):
-    base, root, _, other = data
-    out = base / "other"
-    common = [*TINY_ACT, "--dataset.repo_id=local/a", "--batch_size=4", "--num_workers=0",
-              "--seed=1", "--save_freq=2"]  # fmt: skip
-    # the first run also holds out episodes (lerobot's --dataset.eval_split): tasks alternate
-    # over the 4 episodes, so episodes 2 and 3 are held out and 0 and 1 (frames 0-64) train
-    _, text = train(
-        [*common, f"--dataset.root={root}", "--steps=2", f"--output_dir={out}",
-         "--dataset.eval_split=0.5", "--eval_steps=1"],
-        base / "other.idx",
-    )  # fmt: skip
-    assert "Train/eval split: 2 train, 2 eval" in text
-    assert text.count("eval_loss=") == 2
-    assert all(max(idx) < 65 for _, idx in steps_of(base / "other.idx"))
-    code, text = train(
-        [*common, f"--dataset.root={other}", "--steps=4", f"--output_dir={out}",
-         "--dataset.eval_split=0.0", "--eval_steps=0", *resume_args(out)],
-        ok=False,
-    )  # fmt: skip
-    assert code == 2, text[-3000:]
-    assert "holds the data state of another run's data" in text
-    assert "Traceback" not in text
 
 
 @pytest.mark.slow(12)
