@@ -384,20 +384,12 @@ class EpisodeRangeReader:
         dest = (np.asarray(rows, dtype=np.int64)[:, None] * w + np.arange(w)).ravel()
         if run is not None:
             first, copies, sources = run
-            primary = dest[first]
-            video.frames_at(
-                times,
-                tolerance_s=self.builder.options.tolerance_s,
-                frame_numbers=uniq.tolist(),
-                channels_first=True,
-                out=flat,
-                rows=primary,
-            )
-            for d, src in zip(dest[copies].tolist(), primary[sources].tolist(), strict=True):
-                flat[d] = flat[src]  # one copy per place (a fancy-indexed copy makes two)
-            return buffer
-        which = np.searchsorted(uniq, q).ravel()  # the distinct frame each place shows
-        _, first = np.unique(which, return_index=True)  # every distinct frame occurs
+        else:
+            which = np.searchsorted(uniq, q).ravel()  # the distinct frame each place shows
+            _, first = np.unique(which, return_index=True)  # every distinct frame occurs
+            others = np.ones(len(dest), dtype=bool)
+            others[first] = False
+            copies, sources = others, which[others]
         primary = dest[first]
         video.frames_at(
             times,
@@ -407,9 +399,7 @@ class EpisodeRangeReader:
             out=flat,
             rows=primary,
         )
-        others = np.ones(len(dest), dtype=bool)
-        others[first] = False
-        for d, src in zip(dest[others].tolist(), primary[which[others]].tolist(), strict=True):
+        for d, src in zip(dest[copies].tolist(), primary[sources].tolist(), strict=True):
             flat[d] = flat[src]  # one copy per place (a fancy-indexed copy makes two)
         return buffer
 
