@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 # Before torch is imported: tests run torch in several processes at once (pytest-xdist,
 # DataLoader workers, training and example subprocesses, which inherit this) on a 2-core
@@ -20,6 +22,20 @@ import robo_resume.dataset
 from robo_resume.testing import make_dataset
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/SCRIPT ARGS`` from the repository root (how the README runs the
+    benchmarks), stdout and stderr captured as text; the test asserts on the result."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 OPEN50_MISSING_VIDEO = (1, 2, 7, 9, 25, 33, 34)
 OPEN50_WITH_VIDEO = tuple(e for e in range(50) if e not in OPEN50_MISSING_VIDEO)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,19 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.timeout(120)
 def test_diversity_benchmark_quick(tmp_path: Path) -> None:
     out_json = tmp_path / "diversity.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "diversity.py"),
-            "--quick",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--json",
-            str(out_json),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    proc = run_benchmark(
+        "diversity.py",
+        "--quick",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--json",
+        str(out_json),
         timeout=110,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

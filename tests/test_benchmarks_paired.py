@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
+
+from conftest import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
@@ -22,25 +22,19 @@ def test_paired_benchmark_quick(tmp_path: Path) -> None:
     # open50 (../shared): nothing to encode first, so the run is the measuring itself
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
     out_json = tmp_path / "paired.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "paired.py"),
-            str(REPO),
-            str(REPO),
-            "--quick",
-            "--datasets",
-            "d",
-            "--tuning-b",
-            '{"camera_threads": 2}',
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--json",
-            str(out_json),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    proc = run_benchmark(
+        "paired.py",
+        str(REPO),
+        str(REPO),
+        "--quick",
+        "--datasets",
+        "d",
+        "--tuning-b",
+        '{"camera_threads": 2}',
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--json",
+        str(out_json),
         timeout=300,
     )
     assert proc.returncode == 0, f"paired.py failed:\n{proc.stdout}\n{proc.stderr}"
@@ -59,12 +53,6 @@ def test_paired_benchmark_quick(tmp_path: Path) -> None:
 
 
 def test_paired_benchmark_names_a_folder_without_the_package(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "paired.py"), str(REPO), str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_benchmark("paired.py", str(REPO), str(tmp_path), timeout=120)
     assert proc.returncode != 0
     assert f"{tmp_path} has no robo_resume/ package (expected a checkout)" in proc.stderr

@@ -10,11 +10,10 @@ how to fix it. The full run is in the README's Performance section.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
@@ -25,19 +24,13 @@ OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 def test_peer_benchmark_quick(tmp_path: Path) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
     out_json = tmp_path / "peer.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "peer.py"),
-            "--quick",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--json",
-            str(out_json),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    proc = run_benchmark(
+        "peer.py",
+        "--quick",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--json",
+        str(out_json),
         timeout=580,
     )
     assert proc.returncode == 0, f"peer.py failed:\n{proc.stdout}\n{proc.stderr}"

@@ -7,11 +7,11 @@ positive, and that the target lines are printed.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "benchmarks"
@@ -19,13 +19,7 @@ MACHINE_KEYS = {"cores", "memory_gb", "cpu", "python", "torch", "av"}
 
 
 def run(script: str, json_path: Path) -> tuple[dict, str]:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / script), "--quick", "--json", str(json_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_benchmark(script, "--quick", "--json", str(json_path), timeout=120)
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.startswith("machine: "), proc.stdout[:200]
     return json.loads(json_path.read_text()), proc.stdout

@@ -8,11 +8,10 @@ The full run (all four datasets, 0 and 2 workers) is in the README's Performance
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
@@ -23,21 +22,15 @@ OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 def test_throughput_benchmark_quick(tmp_path: Path) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
     out_json = tmp_path / "throughput.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "throughput.py"),
-            "--quick",
-            "--datasets",
-            "d",
-            "--workers",
-            "0",
-            "--json",
-            str(out_json),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    proc = run_benchmark(
+        "throughput.py",
+        "--quick",
+        "--datasets",
+        "d",
+        "--workers",
+        "0",
+        "--json",
+        str(out_json),
         timeout=280,
     )
     assert proc.returncode == 0, f"throughput.py failed:\n{proc.stdout}\n{proc.stderr}"
