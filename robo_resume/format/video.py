@@ -43,6 +43,7 @@ __all__ = [
     "VideoStreamInfo",
     "decoded_in_this_process",
     "planar_rgb",
+    "planar_rgb_rows",
     "probe_video",
 ]
 
@@ -640,6 +641,23 @@ def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
         _PLANAR_OK[key] = bool(np.array_equal(reference, out))
         if not _PLANAR_OK[key]:
             out[...] = reference
+
+
+def planar_rgb_rows(frames: Sequence[Any], out: np.ndarray, rows: Sequence[int]) -> None:
+    """:func:`planar_rgb` of each of ``frames`` into ``out[rows[i]]``: the same values, with
+    one :func:`~robo_resume.format.swscale.gbrp_writer` for the run where ``out`` allows
+    writing rows by address (what :meth:`VideoReader.frames_at` does for the frames it
+    decodes; read-ahead converts its kept frames this way)."""
+    if not len(frames):
+        return
+    addr0, step = _row_addresses(out)
+    writer = _planar_writer(frames[0]) if addr0 is not None else None
+    for r, frame in zip(rows, frames, strict=True):
+        if writer and writer(frame, addr0 + r * step):
+            continue
+        planar_rgb(frame, out[r], None if addr0 is None else addr0 + r * step)
+        if writer is None and addr0 is not None:  # the first frame checked the format
+            writer = _planar_writer(frame) or False
 
 
 def probe_video(path: str | Path) -> VideoStreamInfo:

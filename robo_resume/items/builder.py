@@ -60,7 +60,11 @@ class ItemBuilder:
     """Builds LeRobot-compatible items for one dataset; shared by the reader and the streams.
 
     Holds lazily opened parquet tables (one per data file). Picklable before use.
+    ``idle_decoders``: how many released decoders :meth:`release` keeps open (the stream sets
+    it from the interleave, see ``_configure_decoding``).
     """
+
+    idle_decoders = IDLE_DECODERS
 
     def __init__(self, meta: DatasetMeta, options: ItemOptions | None = None) -> None:
         self.meta = meta
@@ -320,7 +324,7 @@ class ItemBuilder:
         closing = []
         with self._lock:
             self._idle[id(reader)] = reader
-            while len(self._idle) > IDLE_DECODERS:
+            while len(self._idle) > self.idle_decoders:
                 seen: set[Path] = set()
                 twin = None
                 for key, r in reversed(self._idle.items()):  # newest first

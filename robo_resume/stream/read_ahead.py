@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..format.video import planar_rgb
+from ..format.video import planar_rgb, planar_rgb_rows
 from .tuning import StreamTuning
 
 __all__ = [
@@ -80,8 +80,7 @@ def take_ahead(reader, held, frames: range, stop: int, dest=None):
 def _put(frames, buf: np.ndarray, rows: np.ndarray) -> None:
     """Write a camera's kept frames (RGB rows, or decoded frames) into ``buf[rows]``."""
     if isinstance(frames, list):
-        for r, frame in zip(rows.tolist(), frames, strict=True):
-            planar_rgb(frame, buf[r])
+        planar_rgb_rows(frames, buf, rows.tolist())
     else:
         buf[rows] = frames
 

@@ -21,6 +21,7 @@ from ..index.schedule import (
     Topology,
 )
 from ..items.names import rename, renamed
+from ..items.options import IDLE_DECODERS
 from ..items.rows import block_items
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from ..state.resume import MAX_WORKERS
@@ -163,6 +164,9 @@ class _Reading:
         else:
             threads = 1  # small frames: another thread costs more in GIL hand-offs than it gives
         self.items.camera_threads = max(threads, 1)
+        # every open chunk's decoders stay reusable when its group ends (a group's chunks end
+        # together: without this a wide interleave reopened most of its files per group)
+        self.items.idle_decoders = max(IDLE_DECODERS, t.interleave * cams)
 
     def _frame_pixels(self) -> int:
         """Pixels of the largest camera frame (0 without cameras)."""
