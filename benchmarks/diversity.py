@@ -70,6 +70,9 @@ SETTINGS = {
     "interleave=4, chunk_frames=16": ({"interleave": 4}, 16),
     "rounds, interleave=32": ({"interleave": 32, "interleave_order": "rounds"}, None),
     "rounds, interleave=64": ({"interleave": 64, "interleave_order": "rounds"}, None),
+    "spread, interleave=8": ({"interleave": 8, "interleave_order": "spread"}, None),
+    "spread, interleave=16": ({"interleave": 16, "interleave_order": "spread"}, None),
+    "spread, interleave=32": ({"interleave": 32, "interleave_order": "spread"}, None),
 }
 SPEED_SETTINGS = (DEFAULT, "interleave=16", "interleave=32", "interleave=128", LEROBOT)
 """Settings whose frames/s ``--speed`` measures by default (the first is the baseline)."""
@@ -341,7 +344,7 @@ def run_case(name, root, episodes, args) -> dict:
                 )
         speed[w] = runs
     out["speed"] = speed
-    if not speed:  # --workers without values: diversity only
+    if not speed or not timed:  # --workers or --speed without values: diversity only
         return out
     rows = []
     base = {w: statistics.median(m["fps"] for m in speed[w][timed[0]]) for w in speed}

@@ -109,6 +109,29 @@ def test_rounds_spread_a_batch_over_its_chunks(ten, batch_size, workers):
     assert rounds >= 0.9 * uniform, (batch_size, workers, rounds, uniform)
 
 
+@pytest.mark.parametrize("batch_size", [16, 32])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_spread_reaches_uniform_sampling_at_interleave_batch_on_open50(open50, batch_size, workers):
+    # open50's episodes differ in length, so chunks do (episode tails): with "rounds" the
+    # last rounds of a group hold only its long chunks; "spread" spaces every chunk's frames
+    # over the whole group (measured: 0.96-0.98x uniform against 0.84-0.89x for rounds)
+    from conftest import OPEN50_WITH_VIDEO
+
+    def diversity(order):
+        tuning = StreamTuning(interleave=batch_size, interleave_order=order)
+        ds = ChunkedEpisodeDataset(
+            open50, batch_size=batch_size, episodes=list(OPEN50_WITH_VIDEO), tuning=tuning
+        )
+        return ds, distinct_per_batch(ds, workers)
+
+    ds, spread = diversity("spread")
+    lengths = np.bincount(ds.chunks.episode_index, weights=ds.chunks.stop - ds.chunks.start)
+    uniform = uniform_per_batch(lengths[lengths > 0].astype(int).tolist(), batch_size)
+    _, rounds = diversity("rounds")
+    assert spread > rounds, (spread, rounds)
+    assert spread >= 0.93 * uniform, (batch_size, workers, spread, uniform)
+
+
 def test_rounds_give_each_open_chunk_one_frame_per_round(small):
     # the schedule's own order: in a group of k chunks, the first k positions come from k
     # different chunks, and every chunk's frames stay in frame order
@@ -160,14 +183,15 @@ def test_a_large_interleave_resumes_exactly(small, workers):
         assert before + after == full, crash
 
 
+@pytest.mark.parametrize("order", ["rounds", "spread"])
 @pytest.mark.parametrize("workers", [0, 2])
-def test_rounds_resume_exactly_and_their_state_is_refused_by_random(small, workers):
-    rounds = StreamTuning(interleave=32, interleave_order="rounds")
+def test_rounds_resume_exactly_and_their_state_is_refused_by_random(small, workers, order):
+    rounds = StreamTuning(interleave=32, interleave_order=order)
     full, _ = _run(small, workers, tuning=rounds)
     assert full != _run(small, workers)[0], "precondition: rounds order these frames otherwise"
     for crash in (1, len(full) // 2 + 1):
         before, state = _run(small, workers, tuning=rounds, stop_after=crash)
-        assert state["fingerprint"]["interleave_order"] == "rounds"
+        assert state["fingerprint"]["interleave_order"] == order
         after, _ = _run(
             small, workers, tuning=rounds, resume_state=state, stop_after=len(full) - crash
         )
@@ -177,7 +201,7 @@ def test_rounds_resume_exactly_and_their_state_is_refused_by_random(small, worke
     with pytest.raises(ResumeStateError) as info:
         ChunkedEpisodeDataset(small, **KW, tuning=WIDE, resume_state=state)
     text = str(info.value)
-    assert "different 'interleave_order'" in text and "interleave_order random vs rounds" in text
+    assert "different 'interleave_order'" in text and f"interleave_order random vs {order}" in text
     assert "StreamTuning(interleave_order=...)" in text
 
 
@@ -259,3 +283,22 @@ def test_read_ahead_yields_the_same_batches(cams, monkeypatch, workers, batch_si
         assert a.keys() == p.keys()
         for k in a:
             assert torch.equal(a[k], p[k]), k
+
+
+def test_a_wide_interleave_reuses_the_decoders_of_the_group_before(cams, monkeypatch):
+    # a group's chunks end together: their decoders (interleave x cameras) all stay idle for
+    # the next group's chunks, which take them instead of opening their files again
+    # (measured on this dataset: 34 container opens over the epoch, 48 with 16 idle decoders)
+    import av
+
+    opens = []
+    real = av.open
+    monkeypatch.setattr(av, "open", lambda *a, **k: opens.append(a[0]) or real(*a, **k))
+    tuning = StreamTuning(interleave=16, interleave_order="spread")
+    ds = ChunkedEpisodeDataset(cams, batch_size=16, chunk_frames=8, tuning=tuning)
+    files = len(list(cams.glob("videos/**/*.mp4")))
+    assert len(ds.chunks) > 2 * 16, "precondition: three groups of chunks"
+    for _ in ds.dataloader(num_workers=0):
+        pass
+    assert ds.items.idle_decoders == 16 * 2
+    assert len(opens) <= 16 * 2 + files, (len(opens), files)

@@ -350,3 +350,36 @@ def test_group_order_rounds_and_random():
     assert a.tolist() != b.tolist()  # seeded: another seed, another order within the rounds
     assert group_order([2, 3], "rounds", None).tolist() == [0, 1, 0, 1, 1]
     assert group_order([2, 3], "random", None).tolist() == [0, 0, 1, 1, 1]
+
+
+def test_group_order_spread_spaces_each_segment_over_the_group():
+    # "spread": frame i of a segment of L frames sits near (i + u) / L of the group (u a
+    # seeded phase in [0, 1)), within the k segments' share of a round; equal segments give
+    # one frame of each per k positions (as rounds), and a short segment is spread over the
+    # whole group instead of its first rounds
+    import numpy as np
+
+    from robo_resume.index.schedule import group_order
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lengths = rng.integers(1, 40, size=int(rng.integers(1, 12))).tolist()
+        order = group_order(lengths, "spread", np.random.default_rng(3))
+        assert np.bincount(order, minlength=len(lengths)).tolist() == lengths
+        n, k = len(order), len(lengths)
+        for j, size in enumerate(lengths):
+            where = np.flatnonzero(order == j)
+            ideal = np.arange(size) / size * n  # phase 0; the phase moves it by < n / size
+            assert np.all(where >= ideal - k) and np.all(where <= ideal + n / size + k), j
+    equal = group_order([7] * 5, "spread", np.random.default_rng(1))
+    for r in range(7):
+        assert sorted(equal[5 * r : 5 * r + 5].tolist()) == [0, 1, 2, 3, 4]
+    short = group_order([64, 64, 64, 8], "spread", np.random.default_rng(1))
+    last = np.flatnonzero(short == 3)
+    assert last[0] < 200 // 8 and last[-1] > 200 * 7 // 8  # rounds: all in the first 32
+    rounds = group_order([64, 64, 64, 8], "rounds", np.random.default_rng(1))
+    assert np.flatnonzero(rounds == 3)[-1] < 32
+    a = group_order([5] * 6, "spread", np.random.default_rng(1))
+    b = group_order([5] * 6, "spread", np.random.default_rng(2))
+    assert a.tolist() != b.tolist()  # seeded
+    assert group_order([2, 3], "spread", None).tolist() == [1, 0, 1, 0, 1]

@@ -65,7 +65,7 @@ __all__ = [
 
 _PERMUTE, _STREAM, _GROUP = 1, 2, 3  # purpose tags in the seed's spawn key
 
-INTERLEAVE_ORDERS = ("random", "rounds")
+INTERLEAVE_ORDERS = ("random", "rounds", "spread")
 """How a group's frames are interleaved (:func:`group_order`)."""
 
 
@@ -77,8 +77,14 @@ def group_order(lengths: Sequence[int], mode: str, rng: np.random.Generator | No
     row). ``"rounds"``: round ``r`` holds the ``r``-th frame of every segment that has one, in a
     seeded order per round, so ``k`` consecutive positions come from up to ``k`` different
     segments: a batch of ``B`` frames spreads over about ``min(B, k)`` chunks (README, "Batch
-    diversity"). ``rng`` None (``shuffle=False``): segment after segment ("random"), or the
-    segments in turn, ``0..k-1`` in every round ("rounds"). Pure.
+    diversity"). ``"spread"``: every segment's frames are spaced evenly over the whole group,
+    frame ``i`` of a segment of ``L`` frames at ``(i + u) / L`` of the group's length (``u`` a
+    seeded phase per segment in ``[0, 1)``; ties keep segment order): equal segments give one
+    frame each per ``k`` positions like "rounds", and a short segment (an episode's tail) no
+    longer leaves the group's last rounds to a few long ones, so about ``min(B, k)`` chunks
+    hold for every batch of the group. ``rng`` None (``shuffle=False``): segment after segment
+    ("random"), the segments in turn, ``0..k-1`` in every round ("rounds"), or phase 1/2 for
+    every segment ("spread"). Pure.
     """
     sizes = np.asarray(lengths, dtype=np.int64)
     seg = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
@@ -86,6 +92,9 @@ def group_order(lengths: Sequence[int], mode: str, rng: np.random.Generator | No
         return rng.permutation(seg) if rng is not None and len(sizes) > 1 else seg
     starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
     frame = np.arange(len(seg), dtype=np.int64) - starts  # each frame's number in its segment
+    if mode == "spread":
+        phase = rng.random(len(sizes)) if rng is not None else np.full(len(sizes), 0.5)
+        return seg[np.argsort((frame + phase[seg]) / sizes[seg], kind="stable")]
     tie = rng.random(len(seg)) if rng is not None else seg
     return seg[np.lexsort((tie, frame))]
 
