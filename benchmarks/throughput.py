@@ -1,6 +1,7 @@
 """Frames per second delivered to a training loop: robo_resume vs lerobot vs the decode ceiling.
 
-Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of ``--repeats``:
+Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), ``--repeats`` times
+(default 3):
 
 - ``robo_resume``: ``ChunkedEpisodeDataset(...).dataloader(num_workers=W)``, batch 32, images
   as uint8 and as float32 (lerobot's layout);
@@ -18,6 +19,27 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), median of
 Each measurement starts the loader, discards ``--warmup`` batches (worker start-up, first seeks)
 and times the next ``--batches`` batches. The ceiling decodes at least ``--ceiling-frames``
 frames per measurement (short decode runs were the noisiest numbers on this shared machine).
+
+Repeats look at different parts of the data: repeat ``r``'s loaders all start at the same batch
+of epoch 0, spread evenly over the epoch (the first at batch 0, the last ending at the epoch's
+end: :func:`window_starts`), with the dataset's own resume (``resume_step=batch * 32``, which
+also places the rounds of 2 workers), so ``--warmup`` and the timed batches follow from there.
+The ceiling of repeat ``r`` decodes the episodes rotated by ``r / repeats`` of their number
+(:func:`ceiling_episodes`; it decodes a share of every episode, so the rotation changes which
+episode comes first, not which frames). One fixed window measured the same fifth of the
+epoch every time, and on (c) that fifth decodes 1.47 frames per frame delivered against 1.33
+over the whole epoch.
+
+How each ratio is formed (the frames/s columns are always the medians of the repeats):
+
+- ``u8/ceiling``, ``f32/ceiling``, ``plain/robo u8``, ``plain/robo f32`` (:data:`PAIRED`): a
+  repeat measures plain u8, robo u8, ceiling, robo f32, plain f32 one right after the other,
+  each ratio divides two adjacent measurements of the same repeat, and the cell reports the
+  median of these per-repeat ratios with their min-max; the ceiling target's verdict uses
+  that median. The machine has slow and fast phases (single repeats' u8/ceiling of one cell
+  ranged 0.82-1.42), and a ratio of two medians taken at different times mixed them.
+- ``f32/lerobot`` (the lerobot target) and ``1 cam/all``: ratio of the two medians (those
+  measurements are not adjacent).
 
 Targets: robo_resume float32 against lerobot (both deliver float32 images); robo_resume uint8
 against the ceiling (both deliver uint8 RGB frames: the ceiling has no float conversion, which
@@ -37,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -99,16 +122,19 @@ class Case:
             self.delta[cam] = [-1 / fps, 0.0]
 
 
-def _drain(loader, warmup: int, batches: int) -> float:
-    """Frames per second of ``batches`` batches after ``warmup`` batches."""
+def _drain(loader, warmup: int, batches: int, first: list[int] | None = None) -> float:
+    """Frames per second of ``batches`` batches after ``warmup`` batches; ``first`` gets the
+    ``index`` of the first timed frame appended (where the timed window began)."""
     it = iter(loader)
     for _ in range(warmup):
         next(it)
     frames = 0
     t = time.perf_counter()
-    for _ in range(batches):
+    for k in range(batches):
         b = next(it)
         frames += len(b["index"])
+        if k == 0 and first is not None:
+            first.append(int(b["index"][0]))
     dt = time.perf_counter() - t
     del it
     return frames / dt
@@ -123,11 +149,15 @@ def run_robo(
     batches: int,
     one_camera: bool = False,
     plain: bool = False,
+    start: int = 0,
+    first: list[int] | None = None,
 ):
     """robo_resume's frames/s; ``one_camera``: every camera but the first left out with
     ``features=`` (never opened or decoded), as for a policy that uses one camera; ``plain``:
     through ``torch.utils.data.DataLoader(ds, batch_size=32, num_workers=workers)`` instead of
-    ``ds.dataloader()``."""
+    ``ds.dataloader()``. The loader starts at batch ``start`` of epoch 0 (the dataset's own
+    resume, ``resume_step=start * 32``: nothing before it is read) and the ``warmup`` batches
+    are discarded from there. ``first``: as in :func:`_drain`."""
     import torch
 
     from robo_resume import ChunkedEpisodeDataset
@@ -142,12 +172,13 @@ def run_robo(
         delta_timestamps=window if delta else None,
         image_dtype=dtype,
         infinite=True,
+        resume_step=start * BATCH,
     )
     if plain:
         loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=workers)
     else:
         loader = ds.dataloader(num_workers=workers)
-    return _drain(loader, warmup, batches)
+    return _drain(loader, warmup, batches, first)
 
 
 def run_lerobot(case: Case, workers: int, delta: bool, warmup: int, batches: int):
@@ -175,18 +206,28 @@ def run_lerobot(case: Case, workers: int, delta: bool, warmup: int, batches: int
     return _drain(loader, warmup, batches)
 
 
-def run_ceiling(case: Case, frames: int) -> float:
+def ceiling_episodes(case: Case, repeat: int, repeats: int) -> list[int]:
+    """The episodes in the order the ceiling of repeat ``repeat`` (of ``repeats``) decodes them:
+    the selected episodes rotated by ``repeat * len(episodes) // repeats``, so that each repeat
+    starts at another part of the dataset (as its robo_resume measurements start at another
+    part of the epoch, :func:`window_starts`)."""
+    eps = list(case.episodes or [e.episode_index for e in case.meta.episodes])
+    k = repeat * len(eps) // repeats
+    return eps[k:] + eps[:k]
+
+
+def run_ceiling(case: Case, frames: int, episodes: list[int] | None = None) -> float:
     """Frames (all cameras) per second of a plain sequential decode of the case's videos.
 
     The same content as the loaders see: every selected episode's video (the mp4 its frames
     are in) contributes its share of ``frames``, decoded from the start of the episode's range
-    in the file, in order, to RGB uint8 arrays, no dataset around. One FFmpeg thread per
-    decoder, like robo_resume's decoders: PyAV 15.1 decoders with FFmpeg frame threads
-    deadlocked here when closed in the middle of a stream.
+    in the file, in order (``episodes``, default the selection's order), to RGB uint8 arrays,
+    no dataset around. One FFmpeg thread per decoder, like robo_resume's decoders: PyAV 15.1
+    decoders with FFmpeg frame threads deadlocked here when closed in the middle of a stream.
     """
     import av
 
-    eps = case.episodes or [e.episode_index for e in case.meta.episodes]
+    eps = episodes or case.episodes or [e.episode_index for e in case.meta.episodes]
     share = -(-frames // len(eps))
     t = time.perf_counter()
     done = 0
@@ -209,54 +250,124 @@ def run_ceiling(case: Case, frames: int) -> float:
     return done / (time.perf_counter() - t)
 
 
+def window_starts(epoch_batches: int, need: int, repeats: int) -> list[int]:
+    """The batch of epoch 0 at which each repeat's loaders start (``resume_step`` = that x 32).
+
+    Spread evenly so that the repeats' windows of ``need`` batches (warm-up and timed) cover
+    the whole epoch: the first starts at batch 0, the last ends at the epoch's last batch. An
+    epoch shorter than ``need`` (``--quick`` datasets) puts the starts at ``r / repeats`` of
+    it; the windows then run on into epoch 1 (the loader is infinite).
+    """
+    if repeats == 1:
+        return [0]
+    room = epoch_batches - need
+    if room < 0:
+        return [r * epoch_batches // repeats for r in range(repeats)]
+    return [round(r * room / (repeats - 1)) for r in range(repeats)]
+
+
+def epoch_batches(case: Case, workers: int, delta: bool) -> int:
+    """Batches in one epoch of the cell's loader (``ds.batches_per_epoch(workers)``)."""
+    from robo_resume import ChunkedEpisodeDataset
+
+    ds = ChunkedEpisodeDataset(
+        case.root,
+        batch_size=BATCH,
+        episodes=case.episodes,
+        delta_timestamps=case.delta if delta else None,
+        infinite=True,
+    )
+    return ds.batches_per_epoch(workers)
+
+
+# ratio -> (numerator, denominator): measured next to each other in every repeat (see measure)
+PAIRED = {
+    "robo_u8_over_ceiling": ("robo_u8", "ceiling"),
+    "robo_f32_over_ceiling": ("robo_f32", "ceiling"),
+    "plain_u8_over_robo": ("plain_u8", "robo_u8"),
+    "plain_f32_over_robo": ("plain_f32", "robo_f32"),
+}
+
+
 def measure(case: Case, args) -> list[dict]:
+    """The cells of one dataset: workers x (without, with delta windows), ``args.repeats`` each.
+
+    One repeat measures, in this order: plain u8, robo u8, ceiling, robo f32, plain f32, then
+    1 cam and lerobot; so each ratio of :data:`PAIRED` divides two adjacent measurements of the
+    same repeat, and the cell reports the median of those per-repeat ratios and their range.
+    Repeat ``r``'s loaders all start at ``window_starts(...)[r]`` and its ceiling at
+    ``ceiling_episodes(case, r, repeats)[0]``.
+    """
     rows = []
     frames = args.batches * BATCH
+    several = len(case.meta.camera_keys) > 1
     for workers, delta in itertools.product(args.workers, (False, True)):
+        t_cell = time.perf_counter()
         samples: dict[str, list[float]] = {"robo_u8": [], "robo_f32": [], "lerobot": []}
         samples["ceiling"], samples["robo_u8_1cam"] = [], []
         samples["plain_u8"], samples["plain_f32"] = [], []
-        several = len(case.meta.camera_keys) > 1
-        for r in range(args.repeats):
-            progress(f"({case.name}) workers={workers} delta={delta} repeat {r + 1}/{args.repeats}")
-            samples["robo_u8"].append(
-                run_robo(case, workers, delta, "uint8", args.warmup, args.batches)
+        n_batches = epoch_batches(case, workers, delta)
+        starts = window_starts(n_batches, args.warmup + args.batches, args.repeats)
+        first_episodes: list[int] = []
+        first_index: dict[str, list[int]] = {"robo_u8": [], "robo_f32": []}
+        for r, start in enumerate(starts):
+            order = ceiling_episodes(case, r, args.repeats)
+            first_episodes.append(order[0])
+            progress(
+                f"({case.name}) workers={workers} delta={delta} repeat {r + 1}/{args.repeats}: "
+                f"loaders from batch {start} of {n_batches}, ceiling from episode {order[0]}"
             )
-            samples["plain_u8"].append(
-                run_robo(case, workers, delta, "uint8", args.warmup, args.batches, plain=True)
+            robo = functools.partial(
+                run_robo,
+                case,
+                workers,
+                delta,
+                warmup=args.warmup,
+                batches=args.batches,
+                start=start,
             )
-            samples["robo_f32"].append(
-                run_robo(case, workers, delta, "float32", args.warmup, args.batches)
+            samples["plain_u8"].append(robo("uint8", plain=True))
+            samples["robo_u8"].append(robo("uint8", first=first_index["robo_u8"]))
+            samples["ceiling"].append(
+                run_ceiling(case, max(frames, args.ceiling_frames), episodes=order)
             )
-            samples["plain_f32"].append(
-                run_robo(case, workers, delta, "float32", args.warmup, args.batches, plain=True)
-            )
+            samples["robo_f32"].append(robo("float32", first=first_index["robo_f32"]))
+            samples["plain_f32"].append(robo("float32", plain=True))
             if several:
-                samples["robo_u8_1cam"].append(
-                    run_robo(case, workers, delta, "uint8", args.warmup, args.batches, True)
-                )
+                samples["robo_u8_1cam"].append(robo("uint8", one_camera=True))
             if not args.no_lerobot:
                 samples["lerobot"].append(
                     run_lerobot(case, workers, delta, args.warmup, args.lerobot_batches)
                 )
-            samples["ceiling"].append(run_ceiling(case, max(frames, args.ceiling_frames)))
+        progress(
+            f"({case.name}) workers={workers} delta={delta}: {args.repeats} repeats in "
+            f"{time.perf_counter() - t_cell:.1f} s"
+        )
         med = {k: statistics.median(v) if v else None for k, v in samples.items()}
+        ratios = {
+            name: [a / b for a, b in zip(samples[num], samples[den], strict=True)]
+            for name, (num, den) in PAIRED.items()
+        }
         row = {
             "dataset": case.name,
             "num_workers": workers,
             "delta_timestamps": delta,
             "fps": med,
             "samples": samples,
+            "epoch_batches": n_batches,
+            "starts": starts,  # batch of epoch 0 each repeat's loaders start at (then warm-up)
+            "first_timed_index": first_index,  # per repeat: the timed window's first frame
+            "ceiling_first_episode": first_episodes,
+            "ratios": ratios,  # per repeat, PAIRED
+            "ratio_ranges": {k: [min(v), max(v)] for k, v in ratios.items()},
+            # ratios of the medians (measured apart within a repeat)
             "robo_f32_over_lerobot": med["robo_f32"] / med["lerobot"] if med["lerobot"] else None,
             "robo_u8_over_lerobot": med["robo_u8"] / med["lerobot"] if med["lerobot"] else None,
-            "robo_f32_over_ceiling": med["robo_f32"] / med["ceiling"],
-            "robo_u8_over_ceiling": med["robo_u8"] / med["ceiling"],
-            "plain_u8_over_robo": med["plain_u8"] / med["robo_u8"],
-            "plain_f32_over_robo": med["plain_f32"] / med["robo_f32"],
             "one_camera_over_all": med["robo_u8_1cam"] / med["robo_u8"]
             if med["robo_u8_1cam"]
             else None,
         }
+        row.update({k: statistics.median(v) for k, v in ratios.items()})
         rows.append(row)
     return rows
 
@@ -265,9 +376,18 @@ def _fmt(x: float | None, spec: str = ".0f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _fmt_paired(row: dict, name: str) -> str:
+    """A :data:`PAIRED` ratio: median of the repeats' ratios, then their range."""
+    low, high = row["ratio_ranges"][name]
+    if len(row["ratios"][name]) == 1:
+        return f"{row[name]:.2f}"
+    return f"{row[name]:.2f} ({low:.2f}-{high:.2f})"
+
+
 def verdicts(rows: list[dict]) -> list[dict]:
     """Each target against the measured ratios: lerobot's with float32 images (what lerobot
-    delivers), the ceiling's with uint8 images (what the ceiling delivers)."""
+    delivers; ratio of the medians), the ceiling's with uint8 images (what the ceiling
+    delivers; median of the per-repeat ratios, ``range`` their min and max)."""
     out = []
     for row in rows:
         lr_min, ceil_min = TARGETS[row["dataset"]]
@@ -290,6 +410,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
                     "num_workers": row["num_workers"],
                     "delta_timestamps": row["delta_timestamps"],
                     "ratio": row["robo_u8_over_ceiling"],
+                    "range": row["ratio_ranges"]["robo_u8_over_ceiling"],
                     "met": row["robo_u8_over_ceiling"] >= ceil_min,
                 }
             )
@@ -300,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="a,b,c,d", help="which of a,b,c,d (default all)")
     p.add_argument("--workers", default="0,2", help="num_workers values (default 0,2)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, help="measurements per cell (default 3; 1 with --quick)")
     p.add_argument("--batches", type=int, default=40, help="timed batches of robo_resume")
     p.add_argument("--lerobot-batches", type=int, default=15, help="timed batches of lerobot")
     p.add_argument("--warmup", type=int, default=3)
@@ -309,13 +430,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--data-dir", type=Path, default=REPO / "out" / "bench_data")
     p.add_argument("--no-lerobot", action="store_true", help="skip the lerobot measurements")
-    p.add_argument("--quick", action="store_true", help="tiny datasets, one repeat (tests)")
+    p.add_argument(
+        "--quick", action="store_true", help="tiny datasets, one repeat unless --repeats (tests)"
+    )
     p.add_argument("--json", type=Path, help="write all numbers here")
     args = p.parse_args(argv)
     args.workers = [int(w) for w in args.workers.split(",")]
     if args.quick:
-        args.repeats, args.batches, args.lerobot_batches, args.warmup = 1, 4, 2, 1
+        args.batches, args.lerobot_batches, args.warmup = 4, 2, 1
         args.ceiling_frames = 0
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
     warnings.filterwarnings("ignore")
     os.environ.setdefault("PYTHONWARNINGS", "ignore")  # workers: lerobot's torchvision notice
     logging.getLogger("robo_resume").setLevel(logging.WARNING)
@@ -351,16 +478,19 @@ def main(argv: list[str] | None = None) -> int:
             _fmt(r["fps"]["lerobot"]),
             _fmt(r["fps"]["ceiling"]),
             _fmt(r["robo_f32_over_lerobot"], ".1f"),
-            _fmt(r["robo_u8_over_ceiling"], ".2f"),
-            _fmt(r["robo_f32_over_ceiling"], ".2f"),
+            _fmt_paired(r, "robo_u8_over_ceiling"),
+            _fmt_paired(r, "robo_f32_over_ceiling"),
             _fmt(r["one_camera_over_all"], ".2f"),
-            _fmt(r["plain_u8_over_robo"], ".2f"),
-            _fmt(r["plain_f32_over_robo"], ".2f"),
+            _fmt_paired(r, "plain_u8_over_robo"),
+            _fmt_paired(r, "plain_f32_over_robo"),
         ]
         for r in rows
     ]
     print()
-    print(f"frames/s delivered to the loop, batch {BATCH}, median of {args.repeats}")
+    print(
+        f"frames/s delivered to the loop, batch {BATCH}, median of {args.repeats} repeats; "
+        "u8/ceiling, f32/ceiling and plain/robo: median of the repeats' own ratios (min-max)"
+    )
     print_table(
         [
             "dataset",
@@ -392,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     if checks:
         print()
         print_table(
-            ["target", "dataset", "workers", "delta", "ratio", "result"],
+            ["target", "dataset", "workers", "delta", "ratio", "min-max", "result"],
             [
                 [
                     c["target"],
@@ -400,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
                     c["num_workers"],
                     "yes" if c["delta_timestamps"] else "no",
                     f"{c['ratio']:.2f}",
+                    "{:.2f}-{:.2f}".format(*c["range"]) if "range" in c else "-",
                     "PASS" if c["met"] else "MISS",
                 ]
                 for c in checks

@@ -1,13 +1,16 @@
 """The throughput benchmark runs (``--quick``, open50 with 0 workers) and writes complete JSON.
 
 Timings are never asserted (the machine may be busy); only that robo_resume, lerobot and the
-ceiling were all measured, every ratio is there and positive, and the target lines are printed.
-The full run (all four datasets, 0 and 2 workers) is in the README's Performance section.
+ceiling were all measured, every ratio is there and positive, and the target lines are printed;
+and, with two repeats, that each ceiling ratio is the median of the repeats' own ratios and that
+the repeats timed different parts of the epoch. The full run (all four datasets, 0 and 2
+workers) is in the README's Performance section.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 
 
-@pytest.mark.slow(21)
+@pytest.mark.slow(29)
 @pytest.mark.timeout(300)
 def test_throughput_benchmark_quick(tmp_path: Path) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
@@ -29,6 +32,8 @@ def test_throughput_benchmark_quick(tmp_path: Path) -> None:
         "d",
         "--workers",
         "0",
+        "--repeats",
+        "2",
         "--json",
         str(out_json),
         timeout=280,
@@ -53,9 +58,42 @@ def test_throughput_benchmark_quick(tmp_path: Path) -> None:
             "plain_f32_over_robo",
         ):
             assert row[key] > 0, (key, row)
+        _check_repeats(row, repeats=2, window=1 + 4)  # --quick: 1 warm-up and 4 timed batches
     targets = data["targets"]
     assert {t["target"] for t in targets} == {">= 4.0x lerobot (f32)", ">= 0.9x ceiling (u8)"}
     assert len(targets) == 4
     assert "f32/lerobot" in proc.stdout and "u8/ceiling" in proc.stdout
     assert "plain/robo u8" in proc.stdout and "plain/robo f32" in proc.stdout
     assert all(("PASS" in line) != ("MISS" in line) for line in proc.stdout.splitlines()[-6:-2])
+
+
+def _check_repeats(row: dict, repeats: int, window: int) -> None:
+    """Per-repeat ratios of adjacent measurements, their median and range reported; each repeat
+    at its own place in epoch 0 (loaders) and in the episode order (ceiling)."""
+    samples = row["samples"]
+    for name, (num, den) in {
+        "robo_u8_over_ceiling": ("robo_u8", "ceiling"),
+        "robo_f32_over_ceiling": ("robo_f32", "ceiling"),
+        "plain_u8_over_robo": ("plain_u8", "robo_u8"),
+        "plain_f32_over_robo": ("plain_f32", "robo_f32"),
+    }.items():
+        ratios = row["ratios"][name]
+        assert len(ratios) == len(samples[num]) == len(samples[den]) == repeats, (name, row)
+        assert ratios == pytest.approx(
+            [a / b for a, b in zip(samples[num], samples[den], strict=True)]
+        )
+        assert row[name] == pytest.approx(statistics.median(ratios)), (name, row)
+        assert row["ratio_ranges"][name] == [min(ratios), max(ratios)], (name, row)
+    # the frames/s columns stay medians
+    assert row["fps"]["robo_u8"] == pytest.approx(statistics.median(samples["robo_u8"]))
+    starts, epoch = row["starts"], row["epoch_batches"]
+    assert len(starts) == repeats and starts[0] == 0, row
+    assert len(set(starts)) == repeats, f"repeats started at the same batch: {starts}"
+    assert all(s + window <= epoch for s in starts), (starts, epoch)
+    assert starts[-1] + window == epoch, "the last window should end at the epoch's end"
+    # what the loaders delivered: same place for u8 and f32 in a repeat, another one per repeat
+    first = row["first_timed_index"]
+    assert first["robo_u8"] == first["robo_f32"], first
+    assert len(set(first["robo_u8"])) == repeats, first
+    eps = row["ceiling_first_episode"]
+    assert len(eps) == repeats and len(set(eps)) == repeats, eps
