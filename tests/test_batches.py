@@ -141,6 +141,27 @@ def test_batches_equal_collated_items_infinite_across_epochs(two_cams):
     assert ours[-1][CURSOR_KEY][-1, 3] == 1  # the last batch is in epoch 1
 
 
+def test_in_process_batches_equal_torchs_iterator(two_cams):
+    # 0 workers: the loader takes each batch straight from the dataset's iterator instead of
+    # through torch's per-batch fetch and default_convert; the batches, the number of them and
+    # the seed torch draws from the global RNG per iteration stay what torch's own gives
+    from robo_resume.stream.loader import _Batches
+
+    ds = ChunkedEpisodeDataset(two_cams, batch_size=6, seed=3, image_dtype="uint8")
+    torch.manual_seed(0)
+    it = iter(ds.dataloader(num_workers=0))
+    assert it._next != it._it.__next__, "precondition: the in-process path is taken"
+    ours, rng_ours = list(it), torch.get_rng_state()
+    torch.manual_seed(0)
+    plain = torch.utils.data.DataLoader(_Batches(ChunkedEpisodeDataset(two_cams, batch_size=6,
+        seed=3, image_dtype="uint8")), batch_size=None)  # fmt: skip
+    theirs, rng_theirs = list(plain), torch.get_rng_state()
+    assert len(ours) > 3
+    assert_same_batches(ours, theirs)
+    assert all(type(b["task"]) is list for b in ours)
+    assert torch.equal(rng_ours, rng_theirs)
+
+
 def test_collate_fn_gives_an_item_loader(two_cams):
     ds = ChunkedEpisodeDataset(two_cams, batch_size=4)
     loader = ds.dataloader(collate_fn=torch.utils.data.default_collate)

@@ -165,10 +165,11 @@ class ItemBuilder:
         container open and, when the next range starts after its position, the seek too.
         Among idle decoders of the file, the one stopped latest is taken.
         """
+        want = str(path)  # str() of a Path is kept; Path == Path normalises both each time
         with self._lock:
             best = None
             for key, r in self._idle.items():
-                if r.path == path and (
+                if str(r.path) == want and (
                     best is None or (r.position or -1) > (best[1].position or -1)
                 ):
                     best = (key, r)
