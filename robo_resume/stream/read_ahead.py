@@ -58,12 +58,17 @@ def take_ahead(reader, held, frames: range, stop: int, dest=None):
     if held is not None:
         n, cols = held
         m = min(n, count)
-        piece = {k: v[:m] for k, v in cols.items()}
-        for cam, (buf, rows) in (dest or {}).items():
-            if cam in piece:
-                _put(piece.pop(cam), buf, rows[:m])
-        pieces.append({k: _rgb(v) for k, v in piece.items()})
-        held = (n - m, {k: v[m:] for k, v in cols.items()}) if n > m else None
+        piece, rest = {}, ({} if n > m else None)
+        for k, v in cols.items():  # one pass: a visit takes about one frame of many columns
+            d = dest.get(k) if dest else None
+            if d is not None:
+                _put(v[:m], d[0], d[1][:m])
+            else:
+                piece[k] = _rgb(v[:m]) if type(v) is list else v[:m]
+            if rest is not None:
+                rest[k] = v[m:]
+        pieces.append(piece)
+        held = (n - m, rest) if rest is not None else None
         if dest:
             dest = {cam: (buf, rows[m:]) for cam, (buf, rows) in dest.items()}
         start, count = start + m, count - m
