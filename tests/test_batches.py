@@ -93,13 +93,24 @@ def test_batches_equal_collated_items(
         (2, 8, "float32", "sliding"),
         (2, 6, "uint8", None),
         (0, 6, "uint8", "gaps"),
+        (0, 5, "uint8", "sliding, one by one"),
+        (0, 6, "uint8", "gaps, one by one"),
     ],
 )
-def test_batches_equal_reader_items_collated(two_cams, num_workers, batch_size, image_dtype, delta):
+def test_batches_equal_reader_items_collated(
+    two_cams, num_workers, batch_size, image_dtype, delta, monkeypatch
+):
     """Independent of the stream's machinery: every batch equals ``default_collate`` of
     :class:`LeRobotReader` items (random access, one frame at a time) at the batch's indices.
     Camera windows over consecutive frames in order ("sliding") take the read's precomputed
-    places (ranges._window_run); others ("gaps": a gap, a reversed order) search them."""
+    places (ranges._window_run); others ("gaps": a gap, a reversed order) search them. A
+    window's repeated frames are copied in one call at these small sizes, one by one for large
+    frames ("one by one": the threshold lowered)."""
+    if delta and delta.endswith(", one by one"):
+        import robo_resume.items.ranges as ranges
+
+        monkeypatch.setattr(ranges, "_FANCY_COPY_BYTES", 0)
+        delta = delta.removesuffix(", one by one")
     dt = {
         None: None,
         "sliding": {"action": [0.0, 0.1, 0.2], "observation.images.cam0": [-0.1, 0.0]},
