@@ -51,7 +51,8 @@ Each with ``num_workers`` 0 and 2, without and with ``delta_timestamps`` (an act
 50 and 2 frames per camera).
 
 Run: ``python benchmarks/throughput.py [--json out/throughput.json] [--datasets a,b,c,d]``;
-``--quick`` runs a small version (used by the tests). Factory datasets are written once to
+``--quick`` runs a small version (used by the tests; lerobot, which decodes frame by frame,
+is measured in the first repeat of each cell only). Factory datasets are written once to
 ``--data-dir`` (default ``out/bench_data``) and reused.
 """
 
@@ -335,7 +336,7 @@ def measure(case: Case, args) -> list[dict]:
             samples["plain_f32"].append(robo("float32", plain=True))
             if several:
                 samples["robo_u8_1cam"].append(robo("uint8", one_camera=True))
-            if not args.no_lerobot:
+            if not args.no_lerobot and (r == 0 or not args.quick):  # quick: once per cell
                 samples["lerobot"].append(
                     run_lerobot(case, workers, delta, args.warmup, args.lerobot_batches)
                 )

@@ -31,9 +31,10 @@ class StreamTuning:
             Default 4: fast, but a batch holds 0.18-0.56x the distinct episodes of uniform
             random sampling (batch 8-32, README "Batch diversity"). About ``4 * batch_size``
             (at most 128) comes within 0.9x of uniform sampling (``2 * batch_size`` with
-            ``interleave_order="rounds"``), at a cost: each open chunk keeps a video decoder
-            per camera (about 2 MB at 480x640), and over whole epochs (batch 32, uint8, quiet
-            machine) frames/s measured 0.74-0.90x of the default (README "Batch diversity").
+            ``interleave_order="rounds"``, ``batch_size`` with ``"spread"``), at a cost: each
+            open chunk keeps a video decoder per camera (about 2 MB at 480x640), and over whole
+            epochs (batch 32, uint8, quiet machine) frames/s measured 0.74-0.90x of the default
+            (README "Batch diversity"; "spread" at 32 open chunks, paired: 0.69-0.93x).
         interleave_order: how the frames of the open chunks are interleaved. "random"
             (default): a seeded permutation of all their frames, so a chunk may give several
             frames in a row and a batch of ``B`` frames draws from fewer than ``min(B,
