@@ -124,25 +124,29 @@ def test_v30_load_metadata_does_not_import_pandas(tmp_path):
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
-def test_reading_batches_does_not_import_pandas(tmp_path, version):
+def test_reading_batches_does_not_import_pandas(tmp_path):
     # pyarrow's to_numpy imports pandas (0.3-0.5 s): it was paid by every fresh DataLoader
     # worker on its first batch; data columns (scalars, fixed and variable lists) are read
-    # from their buffers instead, with the same values (the other tests of the columns)
-    root = make_dataset(
-        tmp_path / "ds", version=version, episode_lengths=(9, 7), num_cameras=1
-    ).root
+    # from their buffers instead, with the same values (the other tests of the columns).
+    # One fresh process reads a v3.0 and a v2.1 dataset, with a window.
+    roots = [
+        make_dataset(
+            tmp_path / version, version=version, episode_lengths=(9, 7), num_cameras=1
+        ).root
+        for version in ("v3.0", "v2.1")
+    ]
     code = (
         "import sys, robo_resume\n"
-        "ds = robo_resume.ChunkedEpisodeDataset(sys.argv[1], batch_size=4, "
+        "for root in sys.argv[1:]:\n"
+        "    ds = robo_resume.ChunkedEpisodeDataset(root, batch_size=4, "
         "delta_timestamps={'action': [0.0, 0.1]})\n"
-        "n = sum(len(b['index']) for b in ds.dataloader(num_workers=0))\n"
-        "print(n, 'pandas' in sys.modules)"
+        "    n = sum(len(b['index']) for b in ds.dataloader(num_workers=0))\n"
+        "    print(n, 'pandas' in sys.modules)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *map(str, roots)], capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == ["16", "False"], out.stdout + out.stderr
+    assert out.stdout.split() == ["16", "False", "16", "False"], out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("key", ["data_path", "video_path"])
