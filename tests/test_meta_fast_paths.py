@@ -179,3 +179,31 @@ def test_v21_chunks_size_beyond_int64_loads_as_the_row_by_row_path(tmp_path, mon
         _slow(m)
         slow = load_metadata(root)
     assert fast.columns == slow.columns
+
+
+def test_forked_workers_inherit_the_decoder_library(tmp_path):
+    # a loader whose dataset has video imports PyAV before its workers fork, so that they do
+    # not each import it on their first batch (0.12 s of CPU per worker and epoch); without
+    # video it does not import it at all. In a fresh process, where nothing imported av yet.
+    video = make_dataset(tmp_path / "video", episode_lengths=(9, 7), num_cameras=1).root
+    plain = make_dataset(tmp_path / "plain", episode_lengths=(9, 7), num_cameras=0).root
+    code = (
+        "import sys, robo_resume\n"
+        "def seen(_):\n"
+        "    print('worker', 'av' in sys.modules, flush=True)\n"
+        "for root in sys.argv[1:]:\n"
+        "    ds = robo_resume.ChunkedEpisodeDataset(root, batch_size=4)\n"
+        "    loader = ds.dataloader(num_workers=2, multiprocessing_context='fork', "
+        "worker_init_fn=seen)\n"
+        "    n = sum(len(b['index']) for b in loader)\n"
+        "    print('main', n, 'av' in sys.modules, flush=True)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(plain), str(video)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = out.stdout.split("\n")
+    assert lines[:3] == ["worker False", "worker False", "main 16 False"], out.stdout + out.stderr
+    assert lines[3:6] == ["worker True", "worker True", "main 16 True"], out.stdout + out.stderr

@@ -16,6 +16,7 @@ from torch.utils.data._utils.collate import default_convert
 from ..errors import (
     describe,
 )
+from ..format.video import load_decoder_library
 from ..items import to_float
 from ..items.buffers import release_when_dropped
 from ..items.names import renamed
@@ -140,6 +141,8 @@ class BatchLoader(torch.utils.data.DataLoader):
                 ds.ring_flags.share_memory_()
             cams = renamed(ds.dataset.meta.camera_keys, ds.dataset.renames)  # as batches name them
             ring = (ds.ring_flags, cams)
+        if self.num_workers > 0 and _decodes_video(source):
+            load_decoder_library()  # forked workers inherit the import
         if self.num_workers > 0 and hasattr(source, "share_schedule"):
             if getattr(self, "_iterator", None) is None:  # workers start now
                 source.share_schedule(self.num_workers)
@@ -192,6 +195,12 @@ def _convert(value: Any) -> Any:
     if type(value) is list and all(type(x) is str for x in value):
         return list(value)
     return default_convert(value)
+
+
+def _decodes_video(source: Any) -> bool:
+    """Whether the dataset (or any dataset of the mix) a loader counts with has video."""
+    datasets = getattr(source, "datasets", None) or [source]
+    return any(getattr(getattr(d, "meta", None), "camera_keys", ()) for d in datasets)
 
 
 def _length_source(ds: Any) -> Any:
