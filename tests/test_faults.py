@@ -451,6 +451,47 @@ def test_skip_is_the_same_with_decoding_threads(skip_root):
     assert one == two
     assert t1.skipped == t2.skipped and t1.skip_at == t2.skip_at
     assert {r["episode"] for r in t1.skipped} == set(BROKEN_EPISODES)
+    # and as a worker does (which reads one block at a time, not the next one ahead)
+    worker = _run(make, epochs=2, num_workers=1, tuning=StreamTuning(interleave=3))
+    assert worker[0] == one and worker[1].skipped == t1.skipped
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_failed_read_is_not_followed_by_reads_of_its_reader(partial_root, threads, monkeypatch):
+    """num_workers=0 reads a block ahead of the batch: the next block may hold more frames of a
+    chunk whose read fails. Those are not read (the failed reader is closed, not read again),
+    and the batches equal a worker's, which reads no block ahead."""
+    from robo_resume import StreamTuning
+    from robo_resume.items.ranges import EpisodeRangeReader
+
+    failed: set[int] = set()
+    after: list[tuple[int, str]] = []
+
+    def watch(name):
+        orig = getattr(EpisodeRangeReader, name)
+
+        def call(self, *a, **kw):
+            if id(self) in failed:
+                after.append((self.ep.episode_index, name))
+            try:
+                return orig(self, *a, **kw)
+            except Exception:
+                failed.add(id(self))
+                raise
+
+        monkeypatch.setattr(EpisodeRangeReader, name, call)
+
+    watch("raw")
+    watch("ahead")
+    make = _skip_make(partial_root)
+    tuning = StreamTuning(camera_threads=threads, interleave=2, block_frames=2)
+    full, tracker = _run(make, epochs=1, num_workers=0, tuning=tuning)
+    assert tracker.skipped and {r["episode"] for r in tracker.skipped} == {2}
+    assert failed, "expected a read to fail"
+    assert after == [], f"reads of a failed reader: {after}"
+    worker, wt = _run(make, epochs=1, num_workers=1, tuning=tuning)
+    assert worker == full and wt.skipped == tracker.skipped
 
 
 def _compare_resume(make, crash_points, epochs=2):

@@ -285,6 +285,24 @@ class ItemBuilder:
         (open50, 0 workers, interleave 128: 1.2x the time per sample of interleave 4); with
         few jobs (interleave 4: 4 chunks per block) each job is still a task of its own.
         """
+        return self.submit_reads(fn, jobs, sizes)()
+
+    def submit_reads(
+        self,
+        fn: Callable[[Any], Any],
+        jobs: Sequence[Any],
+        sizes: Sequence[int] | None = None,
+        *,
+        background: bool = False,
+    ) -> Callable[[], list[tuple[Any, Any]]]:
+        """:meth:`map_reads` started: the returned function waits for the jobs and gives its list.
+
+        With ``background``, the jobs run on the decoding threads even when they are one run
+        (the caller works on while they decode: a stream reads its next block while its
+        consumer builds a batch); without, as :meth:`map_reads`, a single run runs here before
+        this returns. The caller must call the returned function before it touches the jobs'
+        decoders or destinations again (closing a reader included).
+        """
 
         def run(job):
             try:
@@ -292,15 +310,26 @@ class ItemBuilder:
             except Exception as exc:  # handed to the caller, in job order
                 return None, exc
 
+        def inline():
+            done = [run(job) for job in jobs]
+            return lambda: done
+
         threads = self.camera_threads
-        if threads <= 1 or len(jobs) < 2 or getattr(_ON_POOL, "active", False):
-            return [run(job) for job in jobs]
-        # two runs per thread: a thread that finished its first run takes another's
-        runs = _balanced_runs(list(sizes) if sizes is not None else [1] * len(jobs), 2 * threads)
-        if len(runs) < 2:
-            return [run(job) for job in jobs]
-        parts = self._threads().map(lambda r: [run(job) for job in jobs[r[0] : r[1]]], runs)
-        return [out for part in parts for out in part]
+        if not jobs or getattr(_ON_POOL, "active", False):
+            return inline()
+        if threads <= 1 or len(jobs) < 2:
+            if not background:
+                return inline()
+            runs = [(0, len(jobs))]
+        else:
+            # two runs per thread: a thread that finished its first run takes another's
+            weights = list(sizes) if sizes is not None else [1] * len(jobs)
+            runs = _balanced_runs(weights, 2 * threads)
+            if len(runs) < 2 and not background:
+                return inline()
+        pool = self._threads()
+        parts = [pool.submit(lambda r=r: [run(job) for job in jobs[r[0] : r[1]]]) for r in runs]
+        return lambda: [out for part in parts for out in part.result()]
 
     def _threads(self):
         pid = os.getpid()

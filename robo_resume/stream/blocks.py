@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +65,64 @@ class _Block:
     def frames(self) -> int:
         """Frames read (rows in the batch)."""
         return self.size if self.kept is None else self.kept
+
+
+class _AfterFailure(Exception):
+    """A segment's read not made because an earlier read of the segment failed."""
+
+
+class _Lanes:
+    """The reads of a group's segments in order, one at a time per segment, across blocks.
+
+    With two blocks in flight (``_BatchTarget.depth`` 2) a segment's next read may be picked
+    by one decoding thread while its previous read still runs on another; :meth:`run` makes
+    it wait for its turn (the order :meth:`ticket` s were given in, on the stream's thread).
+    Once a read of a segment failed, its later reads do not run (they raise
+    :class:`_AfterFailure`): the caller skips or raises on the first failure, and a failed
+    reader is closed while no read of it runs. Deadlock-free: a read waits only for reads
+    handed to the thread pool before it (whose threads took them in that order).
+    """
+
+    def __init__(self, segments: int) -> None:
+        self._cv = threading.Condition()
+        self._given = [0] * segments
+        self._done = [0] * segments
+        self.failed = [False] * segments  # set under the lock; read without it
+        self._waiting = 0
+
+    def ticket(self, j: int) -> int:
+        """The next read's turn on segment ``j`` (the stream's thread, in planning order)."""
+        t = self._given[j]
+        self._given[j] += 1
+        return t
+
+    def fail(self, j: int) -> None:
+        """Segment ``j`` failed outside a read (its reader did not open)."""
+        with self._cv:
+            self.failed[j] = True
+
+    def run(self, j: int, turn: int, fn: Callable[[], Any]) -> Any:
+        """``fn()`` when the segment's earlier reads have ended (and none failed)."""
+        cv = self._cv
+        if self._done[j] != turn:
+            with cv:
+                self._waiting += 1
+                while self._done[j] != turn:
+                    cv.wait()
+                self._waiting -= 1
+        try:
+            if self.failed[j]:
+                raise _AfterFailure(f"segment {j}: an earlier read failed")
+            return fn()
+        except BaseException:
+            with cv:
+                self.failed[j] = True
+            raise
+        finally:
+            with cv:
+                self._done[j] += 1
+                if self._waiting:
+                    cv.notify_all()
 
 
 def _streaming_error(exc: Exception, where: str) -> Exception:
@@ -205,8 +265,14 @@ class _BatchTarget:
     ``final`` buffers are the batch's own tensors (uint8 output without transforms): shared
     memory in a worker, pooled memory (:data:`robo_resume.items.BUFFERS`) in the main
     process. Otherwise (float32 or transforms follow) one private scratch buffer per camera is
-    reused batch after batch: the conversion reads it before the next batch is decoded.
-    ``have`` counts the positions of the batch read so far (the consumer advances it).
+    reused batch after batch: the conversion reads it before the next batch is decoded (one
+    per batch in flight with ``depth`` 2).
+
+    Two cursors: the producer (the stream's blocks) plans a block with :meth:`room` and the
+    buffers :meth:`__call__` gives, then calls :meth:`filled`; the consumer counts the
+    positions it received in ``have`` and :meth:`take` s a batch's buffers. With ``depth`` 2
+    the producer may plan (and decode) the next batch's first block before the consumer took
+    the current batch: a filled batch's buffers wait in a queue for :meth:`take`.
 
     ``plain`` (a worker of a plain DataLoader): a :class:`_PlainRing` of buffers for the final
     camera columns (uint8, decoded into) or for the float32 conversion (:attr:`out`); the batch
@@ -225,10 +291,14 @@ class _BatchTarget:
     ) -> None:
         self.items, self.size, self.shared, self.final = items, size, shared, final
         self.cameras = list(items.meta.camera_keys)  # camera_buffers leaves out unknown shapes
-        self.have = 0
+        self.have = 0  # positions the consumer received of the batch it builds
+        self.fill = 0  # positions the producer planned of the batch it fills
+        self.depth = 1  # batches whose buffers may be in use at once (2: a block read early)
+        self._filled = 0  # batches filled so far (which scratch buffers the next one uses)
+        self._done: deque[tuple[Any, Any, Any]] = deque()  # filled, not yet taken
         self._bufs: dict[str, torch.Tensor] | None = None
         self._arrays: dict[str, np.ndarray] = {}
-        self._scratch: dict[str, torch.Tensor] | None = None
+        self._scratch: list[dict[str, torch.Tensor]] = []
         self._ring = ring if final and shared else None
         self._sent = 0
         self.ticket: tuple[int, int] | None = None  # (flag index, token) of the last batch
@@ -272,18 +342,43 @@ class _BatchTarget:
                         self.cameras, self.size, shared=self.shared
                     )
             else:
-                if self._scratch is None:  # held while the stream runs, then back to the pool
-                    self._scratch = self.items.camera_buffers(self.cameras, self.size, shared=False)
-                self._bufs = self._scratch
+                k = self._filled % self.depth
+                while len(self._scratch) <= k:  # held while the stream runs, then pooled again
+                    self._scratch.append(
+                        self.items.camera_buffers(self.cameras, self.size, shared=False)
+                    )
+                self._bufs = self._scratch[k]
             self._arrays = {c: t.numpy() for c, t in self._bufs.items()}
-        return self._arrays, self.have
+        return self._arrays, self.fill
+
+    def room(self) -> int:
+        """Positions left in the batch the producer fills (the largest next block)."""
+        return self.size - self.fill
+
+    def filled(self, n: int) -> None:
+        """The producer planned a block of ``n`` positions (at most :meth:`room`)."""
+        self.fill += n
+        if self.fill == self.size:  # the next block starts the next batch, in other buffers
+            self._done.append((self._bufs, self._taking, self._plain_taking))
+            self._bufs, self._arrays, self._taking, self._plain_taking = None, {}, None, None
+            self.fill = 0
+            self._filled += 1
 
     def take(self, blocks: list[_Block]) -> dict[str, Any]:
-        """The batch's camera columns (tensors if final, else numpy) and a fresh start."""
-        bufs, n = self._bufs, self.have
-        self._bufs, self._arrays, self.have = None, {}, 0
-        self.ticket, self._taking = self._taking, None
-        self.release, self._plain_taking, self.out = self._plain_taking, None, None
+        """The batch's camera columns (tensors if final, else numpy) and a fresh start.
+
+        The oldest filled batch's buffers, or (a short last batch) those being filled."""
+        n = self.have
+        if self._done:
+            bufs, taking, plain_taking = self._done.popleft()
+        else:
+            bufs, taking, plain_taking = self._bufs, self._taking, self._plain_taking
+            self._bufs, self._arrays, self._taking, self._plain_taking = None, {}, None, None
+            self.fill = 0
+            self._filled += 1
+        self.have = 0
+        self.ticket = taking
+        self.release, self.out = plain_taking, None
         if not self.final and self.plain is not None and n == self.size:
             got = self.plain.take()  # the float32 conversion's buffers
             if got is not None:

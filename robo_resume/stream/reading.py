@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import logging
 import os
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..stream.blocks import (
     _Block,
     _discard,
     _in_worker,
+    _Lanes,
     _plain_ring,
     _skip_record,
     _streaming_error,
@@ -224,7 +226,10 @@ class _Reading:
             if plain and shared
             else None,
         )
-        blocks = self._blocks(run, lambda: b - target.have, target)
+        # in the main process, the stream's next block decodes on the decoding threads while
+        # this batch is assembled and used (in a worker, the other workers keep the cores busy)
+        target.depth = 1 if shared else 2
+        blocks = self._blocks(run, target)
         for block in blocks:
             if block.size:
                 pending.append(block)
@@ -266,13 +271,13 @@ class _Reading:
                     return {k: v[:0] for k, v in r.raw(range(1)).items()}
         return {}
 
-    def _blocks(self, run: StreamRun, room, into=None):
+    def _blocks(self, run: StreamRun, target: _BatchTarget):
         """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
 
-        ``room()`` is the largest block the consumer wants next (blocks never cross it);
-        ``into`` (a :class:`_BatchTarget`) takes the cameras' frames straight into its buffers.
-        ``run.layout`` is a :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after
-        an elastic resume, then the schedule's epochs) or a plain :class:`Schedule`.
+        ``target`` (a :class:`_BatchTarget`) bounds the blocks (never across its batches) and
+        takes the cameras' frames straight into its buffers. ``run.layout`` is a
+        :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after an elastic resume,
+        then the schedule's epochs) or a plain :class:`Schedule`.
         """
         sched = run.layout
         layout = sched if isinstance(sched, Layout) else Layout(sched)
@@ -282,14 +287,14 @@ class _Reading:
             slot[0] = epoch + 1
             if position < layout.length(epoch, stream):
                 for group, offset in layout.iter_groups(epoch, stream, position):
-                    yield from self._read_group(group, offset, role, num_workers, epoch, room, into)
+                    yield from self._read_group(group, offset, role, num_workers, epoch, target)
             if not self.infinite:
                 yield _Block(0, [], np.zeros((0, 5), dtype=np.int64))
                 return
             epoch, position = epoch + 1, 0
 
     def _read_group(
-        self, group: Group, offset: int, role: int, num_workers: int, epoch: int, room, into=None
+        self, group: Group, offset: int, role: int, num_workers: int, epoch: int, target
     ) -> Iterator[_Block]:
         """Blocks of the group's frames from ``offset`` on (numpy parts, emission order).
 
@@ -301,119 +306,152 @@ class _Reading:
         Assumes a broken file fails at the same read when read again from an earlier frame
         (block cuts after a resume position are the uninterrupted run's).
 
-        With ``into`` (a :class:`_BatchTarget`), camera frames are decoded into its buffers
-        at the block's positions in the batch (``into()`` gives the buffers and the position of
-        the block's first frame) and left out of the parts.
+        Camera frames are decoded into ``target`` 's buffers (a :class:`_BatchTarget`) at the
+        block's positions in its batch and left out of the parts. With ``target.depth`` 2, the
+        next block of the group is planned and its reads started on the decoding threads
+        before a block is yielded (its outcome is handled, in order, when it is asked for).
         """
         segs = group.segments
         k = len(segs)
         order = group.order
-        nxt = [s.start for s in segs]
+        nxt = [s.start for s in segs]  # each segment's next frame to plan
         for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
             nxt[j] += int(c)
         skip = self.on_error == "skip"
-        bad = [self._skipped_from(epoch, s) for s in segs]
+        bad = [self._skipped_from(epoch, s) for s in segs]  # first frame not read
         readers: list[Any] = [None] * k
         ahead = self._read_ahead(k)
         held: list[tuple[int, dict[str, np.ndarray]] | None] = [None] * k  # decoded ahead
         position = group.position + offset
         most = self.tuning.block_frames * k
         head = np.array([self.rank, role, num_workers, epoch], dtype=np.int64)
+        early = target.depth > 1
+        lanes = _Lanes(k) if early else None
+
+        def read(job):
+            j, _, frames, dest, _ = job
+            if held[j] is None and len(frames) >= ahead:  # decoded into the batch
+                return readers[j].raw(frames, dest)
+            # a few frames at a time: decode ahead, keep the rest
+            stop = min(segs[j].stop, frames.start + max(len(frames), ahead))
+            raw, held[j] = take_ahead(readers[j], held[j], frames, stop, dest)
+            return raw
+
+        def in_lane(job):
+            return lanes.run(job[0], job[4], lambda: read(job))
+
+        def plan(i: int):
+            """The block from group position ``i``: its jobs, readers opened, reads started."""
+            labels = order[i : i + min(most, target.room())]
+            n = len(labels)
+            jobs = []  # (j, rows of the block, frames read, dest, turn)
+            # each open segment's positions in the block, in order (one sort, not a search per
+            # segment: a wide interleave has about one position per segment)
+            by = np.argsort(labels, kind="stable")
+            cuts = [0, *(np.flatnonzero(np.diff(labels[by])) + 1).tolist(), n] if n else []
+            for a, z in itertools.pairwise(cuts):
+                rows = by[a:z]
+                j = int(labels[rows[0]])
+                failed = lanes is not None and lanes.failed[j]
+                good = 0 if failed else min(len(rows), max(0, bad[j] - nxt[j]))
+                dest = None
+                if good:
+                    bufs, base = target()
+                    at = rows[:good] + base
+                    dest = {cam: (buf, at) for cam, buf in bufs.items()}
+                jobs.append((j, rows, range(nxt[j], nxt[j] + good), dest, 0))
+                nxt[j] += len(rows)
+            target.filled(n)
+            # Open the chunks' readers here (parquet tables are read on this thread), then
+            # decode the chunks on the decoding threads, each with its own decoders.
+            opened: dict[int, Exception] = {}
+            for j, _, frames, _, _ in jobs:
+                if len(frames) and readers[j] is None:
+                    try:
+                        readers[j] = self.items.episode_reader(
+                            segs[j].episode_index, frames.start, segs[j].stop
+                        )
+                    except SKIP_ERRORS as exc:
+                        opened[j] = exc
+                        if lanes is not None:
+                            lanes.fail(j)
+            todo = [job for job in jobs if len(job[2]) and job[0] not in opened]
+            if lanes is not None:
+                todo = [(j, r, f, d, lanes.ticket(j)) for j, r, f, d, _ in todo]
+            wait = self.items.submit_reads(
+                in_lane if lanes is not None else read,
+                todo,
+                [len(j[2]) for j in todo],
+                background=early,
+            )
+            return n, jobs, opened, todo, wait
+
+        def finish(n, jobs, opened, todo, outcome) -> _Block:
+            """The block of a plan whose reads ended: raise or skip failures, close segments."""
+            nonlocal position
+            outcome = dict(zip((job[0] for job in todo), outcome, strict=True))
+            parts = []
+            keep: np.ndarray | None = None  # positions of the block that are read
+            events: list[dict[str, Any]] = []
+            for j, rows, frames, _, _ in jobs:
+                seg = segs[j]
+                c, good, first = len(rows), len(frames), frames.start
+                raw, exc = outcome.get(j, (None, opened.get(j)))
+                if good and first >= bad[j]:  # an earlier block's read of it failed: not read
+                    good = 0
+                elif good:
+                    if exc is not None and not isinstance(exc, SKIP_ERRORS):
+                        raise exc
+                    if exc is not None:
+                        where = (
+                            f"frames {first}..{frames.stop - 1} of episode "
+                            f"{seg.episode_index} (chunk {seg.chunk_id}, epoch {epoch}, "
+                            f"stream position {position + int(rows[0])})"
+                        )
+                        if not skip:
+                            raise _streaming_error(exc, where) from exc
+                        _discard(readers[j])  # its later reads do not run (see _Lanes)
+                        readers[j], bad[j], good = None, first, 0
+                        skip_epoch = epoch if seg.epoch is None else seg.epoch
+                        events.append(_skip_record(exc, seg, first, skip_epoch, self.rank, role))
+                    else:
+                        parts.append((raw, None if good == n else rows[:good]))
+                if good < c:
+                    if keep is None:
+                        keep = np.ones(n, dtype=bool)
+                    keep[rows[good:]] = False
+                if first + c >= seg.stop and readers[j] is not None:
+                    readers[j].close()
+                    readers[j] = None
+            kept = None
+            if keep is not None:  # number the read rows 0..kept-1 in block order
+                renum = np.cumsum(keep) - 1
+                parts = [(raw, renum[r]) for raw, r in parts]
+                kept = int(keep.sum())
+            cursor = np.empty((n, 5), dtype=np.int64)
+            cursor[:, :4] = head
+            cursor[:, 4] = np.arange(position + 1, position + n + 1)
+            position += n
+            return _Block(n, parts, cursor, kept, events, keep)
+
+        # planned blocks whose reads may still run; early: the next block's reads are queued
+        # on the decoding threads before this one's are waited for, so the threads never run
+        # dry between blocks, and they decode it while the consumer takes this block
+        flight: deque = deque()
         try:
             i = offset
-            while i < len(order):
-                labels = order[i : i + min(most, room())]
-                n = len(labels)
-                parts = []
-                keep: np.ndarray | None = None  # positions of the block that are read
-                events: list[dict[str, Any]] = []
-                jobs = []  # (j, rows of the block, frames read, dest)
-                # each open segment's positions in the block, in order (one sort, not a
-                # search per segment: a wide interleave has about one position per segment)
-                by = np.argsort(labels, kind="stable")
-                cuts = [0, *(np.flatnonzero(np.diff(labels[by])) + 1).tolist(), n] if n else []
-                for a, z in itertools.pairwise(cuts):
-                    rows = by[a:z]
-                    j = int(labels[rows[0]])
-                    good = min(len(rows), max(0, bad[j] - nxt[j]))
-                    dest = None
-                    if good and into is not None:
-                        bufs, base = into()
-                        at = rows[:good] + base
-                        dest = {cam: (buf, at) for cam, buf in bufs.items()}
-                    jobs.append((j, rows, range(nxt[j], nxt[j] + good), dest))
-
-                def read(job):
-                    j, _, frames, dest = job
-                    if held[j] is None and len(frames) >= ahead:  # decoded into the batch
-                        return readers[j].raw(frames, dest)
-                    # a few frames at a time: decode ahead, keep the rest
-                    stop = min(segs[j].stop, frames.start + max(len(frames), ahead))
-                    raw, held[j] = take_ahead(readers[j], held[j], frames, stop, dest)
-                    return raw
-
-                # Open the chunks' readers here (parquet tables are read on this thread), then
-                # decode the chunks on the decoding threads, each with its own decoders.
-                opened: dict[int, Exception] = {}
-                for j, _, frames, _ in jobs:
-                    if len(frames) and readers[j] is None:
-                        try:
-                            readers[j] = self.items.episode_reader(
-                                segs[j].episode_index, frames.start, segs[j].stop
-                            )
-                        except SKIP_ERRORS as exc:
-                            opened[j] = exc
-                todo = [job for job in jobs if len(job[2]) and job[0] not in opened]
-                outcome = dict(
-                    zip(
-                        (job[0] for job in todo),
-                        self.items.map_reads(read, todo, [len(j[2]) for j in todo]),
-                        strict=True,
-                    )
-                )
-                for j, rows, frames, _ in jobs:
-                    seg = segs[j]
-                    c, good = len(rows), len(frames)
-                    if good:
-                        raw, exc = outcome.get(j, (None, opened.get(j)))
-                        if exc is not None and not isinstance(exc, SKIP_ERRORS):
-                            raise exc
-                        if exc is not None:
-                            where = (
-                                f"frames {frames.start}..{frames.stop - 1} of episode "
-                                f"{seg.episode_index} (chunk {seg.chunk_id}, epoch {epoch}, "
-                                f"stream position {position + int(rows[0])})"
-                            )
-                            if not skip:
-                                raise _streaming_error(exc, where) from exc
-                            _discard(readers[j])
-                            readers[j], bad[j], good = None, nxt[j], 0
-                            skip_epoch = epoch if seg.epoch is None else seg.epoch
-                            events.append(
-                                _skip_record(exc, seg, nxt[j], skip_epoch, self.rank, role)
-                            )
-                        else:
-                            parts.append((raw, None if good == n else rows[:good]))
-                    if good < c:
-                        if keep is None:
-                            keep = np.ones(n, dtype=bool)
-                        keep[rows[good:]] = False
-                    nxt[j] += c
-                    if nxt[j] >= seg.stop and readers[j] is not None:
-                        readers[j].close()
-                        readers[j] = None
-                kept = None
-                if keep is not None:  # number the read rows 0..kept-1 in block order
-                    renum = np.cumsum(keep) - 1
-                    parts = [(raw, renum[r]) for raw, r in parts]
-                    kept = int(keep.sum())
-                cursor = np.empty((n, 5), dtype=np.int64)
-                cursor[:, :4] = head
-                cursor[:, 4] = np.arange(position + 1, position + n + 1)
-                position += n
-                i += n
-                yield _Block(n, parts, cursor, kept, events, keep)
+            while True:
+                while i < len(order) and len(flight) < (2 if early else 1):
+                    flight.append(plan(i))
+                    i += flight[-1][0]
+                if not flight:
+                    break
+                n, jobs, opened, todo, wait = flight.popleft()
+                yield finish(n, jobs, opened, todo, wait())
         finally:
+            for planned in flight:  # reads in flight end before their readers close
+                with contextlib.suppress(Exception):
+                    planned[-1]()
             for r in readers:
                 if r is not None:
                     r.close()
