@@ -458,38 +458,39 @@ def test_skip_is_the_same_with_decoding_threads(skip_root):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_failed_read_is_not_followed_by_reads_of_its_reader(partial_root, threads, monkeypatch):
+def test_a_failed_read_is_not_followed_by_reads_of_its_chunk(partial_root, threads, monkeypatch):
     """num_workers=0 reads a block ahead of the batch: the next block may hold more frames of a
     chunk whose read fails. Those are not read (the failed reader is closed, not read again),
     and the batches equal a worker's, which reads no block ahead."""
     from robo_resume import StreamTuning
-    from robo_resume.items.ranges import EpisodeRangeReader
+    from robo_resume.stream.group_read import GroupRead
 
-    failed: set[int] = set()
-    after: list[tuple[int, str]] = []
+    groups: list[GroupRead] = []  # kept alive: an id is not reused by another group
+    failed: set[tuple[int, int]] = set()  # (group, segment) whose read failed
+    after: list[tuple[int, int]] = []  # (episode, first frame) read after its chunk failed
+    orig = GroupRead._read
 
-    def watch(name):
-        orig = getattr(EpisodeRangeReader, name)
+    def read(self, job):
+        # late, as a slow decode would be: the next block is planned while this read runs
+        time.sleep(0.005)
+        if not any(self is g for g in groups):
+            groups.append(self)
+        key = (id(self), job[0])
+        if key in failed:
+            after.append((self.segs[job[0]].episode_index, job[2].start))
+        try:
+            return orig(self, job)
+        except Exception:
+            failed.add(key)
+            raise
 
-        def call(self, *a, **kw):
-            if id(self) in failed:
-                after.append((self.ep.episode_index, name))
-            try:
-                return orig(self, *a, **kw)
-            except Exception:
-                failed.add(id(self))
-                raise
-
-        monkeypatch.setattr(EpisodeRangeReader, name, call)
-
-    watch("raw")
-    watch("ahead")
+    monkeypatch.setattr(GroupRead, "_read", read)
     make = _skip_make(partial_root)
     tuning = StreamTuning(camera_threads=threads, interleave=2, block_frames=2)
     full, tracker = _run(make, epochs=1, num_workers=0, tuning=tuning)
     assert tracker.skipped and {r["episode"] for r in tracker.skipped} == {2}
     assert failed, "expected a read to fail"
-    assert after == [], f"reads of a failed reader: {after}"
+    assert after == [], f"reads of a chunk after its read failed: {after}"
     worker, wt = _run(make, epochs=1, num_workers=1, tuning=tuning)
     assert worker == full and wt.skipped == tracker.skipped
 

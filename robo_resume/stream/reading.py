@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,16 +30,13 @@ from ..stream.blocks import (
     _assemble,
     _BatchTarget,
     _Block,
-    _discard,
     _in_worker,
-    _Lanes,
     _plain_ring,
-    _skip_record,
-    _streaming_error,
     _torch_threads,
 )
+from ..stream.group_read import GroupRead
 from ..stream.lifetime import bind_to_trainer
-from ..stream.read_ahead import frames_ahead, held_bytes, take_ahead
+from ..stream.read_ahead import frames_ahead, held_bytes
 from ..stream.tuning import SKIP_ERRORS
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
@@ -296,165 +291,20 @@ class _Reading:
     def _read_group(
         self, group: Group, offset: int, role: int, num_workers: int, epoch: int, target
     ) -> Iterator[_Block]:
-        """Blocks of the group's frames from ``offset`` on (numpy parts, emission order).
-
-        A read that fails with one of :data:`SKIP_ERRORS` raises the same error type with the
-        streamed frames added (``on_error="raise"``), or (``"skip"``) skips the segment from
-        that read on: its remaining frames keep their positions and cursor rows but are
-        neither read nor yielded, and the block carries a skip record. Segments the resume
-        state recorded as skipped are skipped from the recorded frame on without a retry.
-        Assumes a broken file fails at the same read when read again from an earlier frame
-        (block cuts after a resume position are the uninterrupted run's).
-
-        Camera frames are decoded into ``target`` 's buffers (a :class:`_BatchTarget`) at the
-        block's positions in its batch and left out of the parts. With ``target.depth`` 2, the
-        next block of the group is planned and its reads started on the decoding threads
-        before a block is yielded (its outcome is handled, in order, when it is asked for).
-        """
-        segs = group.segments
-        k = len(segs)
-        order = group.order
-        nxt = [s.start for s in segs]  # each segment's next frame to plan
-        for j, c in enumerate(np.bincount(order[:offset], minlength=k)):
-            nxt[j] += int(c)
-        skip = self.on_error == "skip"
-        bad = [self._skipped_from(epoch, s) for s in segs]  # first frame not read
-        readers: list[Any] = [None] * k
-        ahead = self._read_ahead(k)
-        held: list[tuple[int, dict[str, np.ndarray]] | None] = [None] * k  # decoded ahead
-        position = group.position + offset
-        most = self.tuning.block_frames * k
-        head = np.array([self.rank, role, num_workers, epoch], dtype=np.int64)
-        early = target.depth > 1
-        lanes = _Lanes(k) if early else None
-
-        def read(job):
-            j, _, frames, dest, _ = job
-            if held[j] is None and len(frames) >= ahead:  # decoded into the batch
-                return readers[j].raw(frames, dest)
-            # a few frames at a time: decode ahead, keep the rest
-            stop = min(segs[j].stop, frames.start + max(len(frames), ahead))
-            raw, held[j] = take_ahead(readers[j], held[j], frames, stop, dest)
-            return raw
-
-        def in_lane(job):
-            return lanes.run(job[0], job[4], lambda: read(job))
-
-        def plan(i: int):
-            """The block from group position ``i``: its jobs, readers opened, reads started."""
-            labels = order[i : i + min(most, target.room())]
-            n = len(labels)
-            jobs = []  # (j, rows of the block, frames read, dest, turn)
-            # each open segment's positions in the block, in order (one sort, not a search per
-            # segment: a wide interleave has about one position per segment)
-            by = np.argsort(labels, kind="stable")
-            cuts = [0, *(np.flatnonzero(np.diff(labels[by])) + 1).tolist(), n] if n else []
-            for a, z in itertools.pairwise(cuts):
-                rows = by[a:z]
-                j = int(labels[rows[0]])
-                failed = lanes is not None and lanes.failed[j]
-                good = 0 if failed else min(len(rows), max(0, bad[j] - nxt[j]))
-                dest = None
-                if good:
-                    bufs, base = target()
-                    at = rows[:good] + base
-                    dest = {cam: (buf, at) for cam, buf in bufs.items()}
-                jobs.append((j, rows, range(nxt[j], nxt[j] + good), dest, 0))
-                nxt[j] += len(rows)
-            target.filled(n)
-            # Open the chunks' readers here (parquet tables are read on this thread), then
-            # decode the chunks on the decoding threads, each with its own decoders.
-            opened: dict[int, Exception] = {}
-            for j, _, frames, _, _ in jobs:
-                if len(frames) and readers[j] is None:
-                    try:
-                        readers[j] = self.items.episode_reader(
-                            segs[j].episode_index, frames.start, segs[j].stop
-                        )
-                    except SKIP_ERRORS as exc:
-                        opened[j] = exc
-                        if lanes is not None:
-                            lanes.fail(j)
-            todo = [job for job in jobs if len(job[2]) and job[0] not in opened]
-            if lanes is not None:
-                todo = [(j, r, f, d, lanes.ticket(j)) for j, r, f, d, _ in todo]
-            wait = self.items.submit_reads(
-                in_lane if lanes is not None else read,
-                todo,
-                [len(j[2]) for j in todo],
-                background=early,
+        """Blocks of the group's frames from ``offset`` on: a :class:`GroupRead` (see there)."""
+        return iter(
+            GroupRead(
+                self.items,
+                group,
+                offset,
+                head=(self.rank, role, num_workers, epoch),
+                target=target,
+                skip=self.on_error == "skip",
+                bad=[self._skipped_from(epoch, s) for s in group.segments],
+                ahead=self._read_ahead(len(group.segments)),
+                block_frames=self.tuning.block_frames,
             )
-            return n, jobs, opened, todo, wait
-
-        def finish(n, jobs, opened, todo, outcome) -> _Block:
-            """The block of a plan whose reads ended: raise or skip failures, close segments."""
-            nonlocal position
-            outcome = dict(zip((job[0] for job in todo), outcome, strict=True))
-            parts = []
-            keep: np.ndarray | None = None  # positions of the block that are read
-            events: list[dict[str, Any]] = []
-            for j, rows, frames, _, _ in jobs:
-                seg = segs[j]
-                c, good, first = len(rows), len(frames), frames.start
-                raw, exc = outcome.get(j, (None, opened.get(j)))
-                if good and first >= bad[j]:  # an earlier block's read of it failed: not read
-                    good = 0
-                elif good:
-                    if exc is not None and not isinstance(exc, SKIP_ERRORS):
-                        raise exc
-                    if exc is not None:
-                        where = (
-                            f"frames {first}..{frames.stop - 1} of episode "
-                            f"{seg.episode_index} (chunk {seg.chunk_id}, epoch {epoch}, "
-                            f"stream position {position + int(rows[0])})"
-                        )
-                        if not skip:
-                            raise _streaming_error(exc, where) from exc
-                        _discard(readers[j])  # its later reads do not run (see _Lanes)
-                        readers[j], bad[j], good = None, first, 0
-                        skip_epoch = epoch if seg.epoch is None else seg.epoch
-                        events.append(_skip_record(exc, seg, first, skip_epoch, self.rank, role))
-                    else:
-                        parts.append((raw, None if good == n else rows[:good]))
-                if good < c:
-                    if keep is None:
-                        keep = np.ones(n, dtype=bool)
-                    keep[rows[good:]] = False
-                if first + c >= seg.stop and readers[j] is not None:
-                    readers[j].close()
-                    readers[j] = None
-            kept = None
-            if keep is not None:  # number the read rows 0..kept-1 in block order
-                renum = np.cumsum(keep) - 1
-                parts = [(raw, renum[r]) for raw, r in parts]
-                kept = int(keep.sum())
-            cursor = np.empty((n, 5), dtype=np.int64)
-            cursor[:, :4] = head
-            cursor[:, 4] = np.arange(position + 1, position + n + 1)
-            position += n
-            return _Block(n, parts, cursor, kept, events, keep)
-
-        # planned blocks whose reads may still run; early: the next block's reads are queued
-        # on the decoding threads before this one's are waited for, so the threads never run
-        # dry between blocks, and they decode it while the consumer takes this block
-        flight: deque = deque()
-        try:
-            i = offset
-            while True:
-                while i < len(order) and len(flight) < (2 if early else 1):
-                    flight.append(plan(i))
-                    i += flight[-1][0]
-                if not flight:
-                    break
-                n, jobs, opened, todo, wait = flight.popleft()
-                yield finish(n, jobs, opened, todo, wait())
-        finally:
-            for planned in flight:  # reads in flight end before their readers close
-                with contextlib.suppress(Exception):
-                    planned[-1]()
-            for r in readers:
-                if r is not None:
-                    r.close()
+        )
 
     def _read_ahead(self, open_segments: int) -> int:
         """Frames decoded per read of a segment when a block wants fewer (1: no read-ahead);
