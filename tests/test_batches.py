@@ -204,12 +204,13 @@ def test_planar_decode_equals_rgb24(factory, codec):
 def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, path_taken):
     """If FFmpeg's planar conversion differs from rgb24 on the first frame, rgb24 is used:
     on the direct conversion into the batch and on the convert-then-copy path."""
+    import robo_resume.format.rgb as rgb
     import robo_resume.format.video as video
 
     ds = factory(codec="h264", gop=5, num_cameras=1, episode_lengths=(30,))
     path = next(ds.root.glob("videos/**/*.mp4"))
-    monkeypatch.setattr(video, "_PLANAR_OK", {})
-    real, direct = video.planar_rgb, video.convert_gbrp
+    monkeypatch.setattr(rgb, "_PLANAR_OK", {})
+    real, direct = rgb.planar_rgb, rgb.convert_gbrp
 
     def skewed_direct(frame, out):  # a swscale whose gbrp output is off by one
         done = direct(frame, out)
@@ -217,7 +218,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, pa
         return done
 
     monkeypatch.setattr(
-        video, "convert_gbrp", skewed_direct if path_taken == "direct" else lambda f, o: False
+        rgb, "convert_gbrp", skewed_direct if path_taken == "direct" else lambda f, o: False
     )
 
     def skewed(frame, out, address=None):  # an FFmpeg whose gbrp output is off by one
@@ -235,7 +236,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, pa
     with video.VideoReader(path) as a, video.VideoReader(path) as b:
         hwc = a.frames_at([0.0, 0.1, 0.2])
         chw = b.frames_at([0.0, 0.1, 0.2], channels_first=True)
-    assert list(video._PLANAR_OK.values()) == [False]
+    assert list(rgb._PLANAR_OK.values()) == [False]
     assert np.array_equal(chw, hwc.transpose(0, 3, 1, 2))
 
 

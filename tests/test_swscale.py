@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from robo_resume.format import swscale
-from robo_resume.format.video import planar_rgb
+from robo_resume.format.rgb import planar_rgb
 
 
 def _frame(fmt: str, w: int, h: int, seed: int = 0) -> av.VideoFrame:
@@ -124,7 +124,7 @@ def test_frames_at_into_a_batch_equals_rgb24_by_address(factory):
     # VideoReader.frames_at converting straight into rows of a batch (by address) gives the
     # frames rgb24 gives, each in its row, whatever the row order
     from robo_resume.format import VideoReader
-    from robo_resume.format.video import _row_addresses
+    from robo_resume.format.rgb import _row_addresses
 
     ds = factory(episode_lengths=(20,), num_cameras=1, height=96, width=96)
     path = next(ds.root.glob("videos/**/*.mp4"))

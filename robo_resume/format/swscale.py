@@ -10,7 +10,7 @@ of this project's machine: 96x96 frames 52 -> 16 us, 480x640 frames 314 -> 161 u
 :data:`_RELEASE_GIL_FROM` pixels.
 
 The arguments are those ``reformat(format="gbrp")`` uses (same size, bilinear flag, no
-colourspace change), so the values are the same; :func:`robo_resume.format.video.planar_rgb`
+colourspace change), so the values are the same; :func:`robo_resume.format.rgb.planar_rgb`
 still compares the first frame of every source format and size with PyAV's ``rgb24`` and
 falls back where they differ. When the libraries cannot be found or loaded (a PyAV built
 against a system FFmpeg, another platform), :func:`convert_gbrp` returns False and the caller
@@ -150,7 +150,7 @@ def convert_gbrp(frame, out: np.ndarray) -> bool:
 
     ``out[0]``, ``out[1]``, ``out[2]`` get the R, G and B planes, the values of
     ``frame.reformat(format="gbrp")`` (equal to ``rgb24`` transposed wherever
-    :func:`robo_resume.format.video.planar_rgb` found them equal). Returns False, having written
+    :func:`robo_resume.format.rgb.planar_rgb` found them equal). Returns False, having written
     nothing, when the conversion cannot be done this way (swscale not loadable; ``out`` not a
     C-contiguous ``(3, H, W)`` array of the frame's size; rows or planes not 16-byte aligned, where
     swscale could take another code path); the caller then converts another way.

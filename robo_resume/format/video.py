@@ -12,7 +12,8 @@ The container is trusted, not ``info.json``: codec, size and frame times come fr
 Why this module is over 400 lines: it is one object. :class:`VideoReader` (about 480 lines) holds
 one decoder's state, the open container, where the decoder stands, the frames it just decoded
 and those it decoded ahead, and every method reads and moves that state; the rest (the
-after-fork hook, the stream facts, the planar conversion, the probe) is small and exists for it.
+after-fork hook, the stream facts, the probe) is small and exists for it. The conversion of
+decoded frames to planar RGB is :mod:`robo_resume.format.rgb`.
 """
 
 from __future__ import annotations
@@ -36,15 +37,13 @@ from ..errors import (
     VideoDecodeError,
     describe,
 )
-from .swscale import convert_gbrp, convert_gbrp_at, gbrp_writer
+from .rgb import _planar_writer, _row_addresses, planar_rgb
 
 __all__ = [
     "VideoReader",
     "VideoStreamInfo",
     "decoded_in_this_process",
     "load_decoder_library",
-    "planar_rgb",
-    "planar_rgb_rows",
     "probe_video",
 ]
 
@@ -599,75 +598,6 @@ class VideoReader:
                 "download it again, or raise tolerance_s if timestamps are slightly off",
             )
         )
-
-
-_PLANAR_OK: dict[tuple[str, int, int], bool] = {}
-
-
-def _row_addresses(out: np.ndarray | None) -> tuple[int | None, int]:
-    """``(address of out[0], bytes from one row to the next)`` when :func:`planar_rgb` may
-    write rows of ``out`` by address (C-contiguous uint8 frames along the first axis), else
-    ``(None, 0)``."""
-    if out is None or out.dtype != np.uint8 or out.ndim != 4 or not out.flags.c_contiguous:
-        return None, 0
-    return out.ctypes.data, out.strides[0]
-
-
-def _planar_writer(frame) -> Any:
-    """A :func:`~robo_resume.format.swscale.gbrp_writer` for frames like ``frame``, once
-    :func:`planar_rgb` found that conversion equal to ``rgb24`` for their format and size;
-    None otherwise (the frames then go through :func:`planar_rgb`)."""
-    key = (frame.format.name, frame.width, frame.height)
-    return gbrp_writer(*key) if _PLANAR_OK.get(key) else None
-
-
-def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
-    """Write a decoded frame into ``out`` ``(3, H, W)`` as RGB, equal to ``rgb24`` transposed.
-
-    FFmpeg converts to planar GBR (``gbrp``): straight into ``out`` with
-    :func:`~robo_resume.format.swscale.convert_gbrp` where it can, else into a new frame whose
-    planes are copied into place. The first frame of every (pixel format, size) in a process
-    is also converted the usual way (``rgb24``, what lerobot uses) and compared; where the two
-    differ by a single value (another FFmpeg build or CPU path), that format falls back to
-    ``rgb24`` plus a transpose. ``address``: where ``out`` starts in memory, when the caller
-    knows it is a C-contiguous uint8 row (:func:`~robo_resume.format.swscale.convert_gbrp_at`
-    then skips the checks it already made).
-    """
-    key = (frame.format.name, frame.width, frame.height)
-    ok = _PLANAR_OK.get(key)
-    if ok and address is not None and convert_gbrp_at(frame, address, out.shape):
-        return
-    if ok is False:
-        out[...] = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
-        return
-    if not convert_gbrp(frame, out):
-        h, w = frame.height, frame.width
-        g = frame.reformat(format="gbrp")
-        for dst, plane in ((0, 2), (1, 0), (2, 1)):  # gbrp planes are G, B, R
-            p = g.planes[plane]
-            out[dst] = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:h, :w]
-    if ok is None:
-        reference = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
-        _PLANAR_OK[key] = bool(np.array_equal(reference, out))
-        if not _PLANAR_OK[key]:
-            out[...] = reference
-
-
-def planar_rgb_rows(frames: Sequence[Any], out: np.ndarray, rows: Sequence[int]) -> None:
-    """:func:`planar_rgb` of each of ``frames`` into ``out[rows[i]]``: the same values, with
-    one :func:`~robo_resume.format.swscale.gbrp_writer` for the run where ``out`` allows
-    writing rows by address (what :meth:`VideoReader.frames_at` does for the frames it
-    decodes; read-ahead converts its kept frames this way)."""
-    if not len(frames):
-        return
-    addr0, step = _row_addresses(out)
-    writer = _planar_writer(frames[0]) if addr0 is not None else None
-    for r, frame in zip(rows, frames, strict=True):
-        if writer and writer(frame, addr0 + r * step):
-            continue
-        planar_rgb(frame, out[r], None if addr0 is None else addr0 + r * step)
-        if writer is None and addr0 is not None:  # the first frame checked the format
-            writer = _planar_writer(frame) or False
 
 
 def probe_video(path: str | Path) -> VideoStreamInfo:

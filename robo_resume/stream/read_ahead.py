@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..format.video import planar_rgb, planar_rgb_rows
+from ..format.rgb import planar_rgb, planar_rgb_rows
 from .tuning import StreamTuning
 
 __all__ = [
