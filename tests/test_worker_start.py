@@ -135,6 +135,54 @@ def test_notebook_peek_then_workers_with_a_lambda(factory):
     assert "batches 10 frames 80 image (3, 48, 64)" in out, out
 
 
+FORK_WHILE_READING = """
+import os, sys, time
+import robo_resume.items.builder as builder
+from robo_resume import ChunkedEpisodeDataset
+from robo_resume.stream.group_read import GroupRead
+
+ended = []
+read = GroupRead._read
+
+def slow(self, job):  # a read that takes 0.3 s (a slow decode)
+    time.sleep(0.3)
+    try:
+        return read(self, job)
+    finally:
+        ended.append(time.monotonic())
+
+GroupRead._read = slow
+ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=4, chunk_frames=8)
+it = iter(ds.dataloader(num_workers=0))
+next(it)  # the next block now reads in the background
+before = len(ended)
+print("in flight when fork is called:", builder._running)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, repr(time.monotonic()).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+forked = float(os.read(r, 100))
+print("reads ended before the fork:", sum(t <= forked for t in ended) - before,
+      "after:", sum(t > forked for t in ended))
+"""
+
+
+def test_a_fork_waits_for_the_reads_in_flight(factory, tmp_path):
+    """With num_workers=0 the next block reads on a decoding thread while the batch is used; a
+    fork (DataLoader workers started right after a batch) waits for that read to end, so that no
+    decoder is in the middle of a call (holding its locks) when the child is made."""
+    root = factory(episode_lengths=(23, 41, 17)).root
+    script = tmp_path / "fork_while_reading.py"
+    script.write_text(FORK_WHILE_READING)
+    code, out, err = run_python([str(script), str(root)], timeout=90)
+    assert code == 0, err[-3000:]
+    assert "in flight when fork is called: 0" not in out, out
+    assert "reads ended before the fork: " in out and "after: 0" in out, out
+    assert "before the fork: 0 " not in out, out  # the fork waited for them
+
+
 NOTEBOOK_SPAWN = """
 from robo_resume import ChunkedEpisodeDataset
 

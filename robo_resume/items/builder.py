@@ -33,6 +33,44 @@ from .ranges import EpisodeRangeReader
 
 _ON_POOL = threading.local()  # .active: this thread is one of the decoding threads
 
+# Reads running on the decoding threads of this process (queued or decoding). A process that
+# forks while a decoder is in the middle of a call on another thread leaves the child with
+# that decoder's locks held (FFmpeg's codec-open lock, say) and no thread to release them; with
+# num_workers=0 a stream reads one block ahead, so a script that forks DataLoader workers right
+# after taking a batch could do exactly that. Forks wait for these reads first.
+_RUNNING = threading.Condition()
+_running = 0
+
+
+def settle_reads(timeout: float = 60.0) -> bool:
+    """Wait until no read of this process runs on a decoding thread (at most ``timeout``
+    seconds); True if none does. Called before every fork (``os.register_at_fork``)."""
+    with _RUNNING:
+        return _RUNNING.wait_for(lambda: _running == 0, timeout)
+
+
+def _reads_started(n: int) -> None:
+    global _running
+    with _RUNNING:
+        _running += n
+
+
+def _read_ended() -> None:
+    global _running
+    with _RUNNING:
+        _running -= 1
+        if _running == 0:
+            _RUNNING.notify_all()
+
+
+def _no_reads_in_child() -> None:
+    global _running
+    _running = 0  # the child has no decoding threads (a pool is made anew on first use)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=settle_reads, after_in_child=_no_reads_in_child)
+
 
 def _mark_pool_thread() -> None:
     _ON_POOL.active = True
@@ -327,9 +365,24 @@ class ItemBuilder:
             runs = _balanced_runs(weights, 2 * threads)
             if len(runs) < 2 and not background:
                 return inline()
+
+        def part(r):
+            try:
+                return [run(job) for job in jobs[r[0] : r[1]]]
+            finally:
+                _read_ended()
+
         pool = self._threads()
-        parts = [pool.submit(lambda r=r: [run(job) for job in jobs[r[0] : r[1]]]) for r in runs]
-        return lambda: [out for part in parts for out in part.result()]
+        _reads_started(len(runs))
+        parts = []
+        try:
+            for r in runs:
+                parts.append(pool.submit(part, r))
+        finally:
+            if len(parts) < len(runs):  # the pool refused (shut down): those never run
+                for _ in range(len(runs) - len(parts)):
+                    _read_ended()
+        return lambda: [out for p in parts for out in p.result()]
 
     def _threads(self):
         pid = os.getpid()
