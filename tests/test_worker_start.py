@@ -183,6 +183,47 @@ def test_a_fork_waits_for_the_reads_in_flight(factory, tmp_path):
     assert "before the fork: 0 " not in out, out  # the fork waited for them
 
 
+EXIT_WHILE_READING = """
+import sys
+import robo_resume.stream.group_read as group_read
+from robo_resume import ChunkedEpisodeDataset
+
+plan = group_read.GroupRead._plan
+
+
+def planned(self, i):  # the blocks in flight now hold a function of this script, so the
+    out = list(plan(self, i))  # stream is collected at exit, after the modules were cleared
+    wait = out[-1]
+
+    def waited():
+        return wait()
+
+    out[-1] = waited
+    return tuple(out)
+
+
+group_read.GroupRead._plan = planned
+ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=32, infinite=True)
+it = iter(ds.dataloader(num_workers=0))
+for _ in range(3):
+    next(it)  # the next block reads in the background; the script ends with the iterator alive
+print("done")
+"""
+
+
+def test_exit_with_a_live_iterator_is_quiet(factory, tmp_path):
+    """A script that ends while a num_workers=0 iterator still reads ahead exits cleanly, also
+    when the iterator is collected after the interpreter cleared the modules' globals (its
+    clean-up then must not use them: it printed "Exception ignored ... AttributeError" when it
+    did)."""
+    root = factory(episode_lengths=(23, 41, 17)).root
+    script = tmp_path / "exit_while_reading.py"
+    script.write_text(EXIT_WHILE_READING)
+    code, out, err = run_python([str(script), str(root)], timeout=90)
+    assert code == 0 and "done" in out, err[-3000:]
+    assert "Exception ignored" not in err and "Traceback" not in err, err[-3000:]
+
+
 NOTEBOOK_SPAWN = """
 from robo_resume import ChunkedEpisodeDataset
 

@@ -4,7 +4,6 @@ skipped at the frames where they happen."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections import deque
 from collections.abc import Iterator
@@ -87,10 +86,12 @@ class GroupRead:
                     break
                 planned = flight.popleft()
                 yield self._finish(*planned[:-1], planned[-1]())
-        finally:
+        finally:  # no module globals here: it may run at interpreter exit, after their teardown
             for planned in flight:  # reads in flight end before their readers close
-                with contextlib.suppress(Exception):
+                try:
                     planned[-1]()
+                except Exception:  # the consumer left: nothing reads the outcome
+                    pass
             for r in self.readers:
                 if r is not None:
                     r.close()
