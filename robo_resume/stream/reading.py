@@ -53,7 +53,8 @@ PLAIN_LOADER_NOTE = (
 
 THREADS_FROM_PIXELS = 128 * 128
 """Frame size (pixels, largest camera) from which a ``num_workers=0`` stream decodes the chunks
-of a batch on 2 threads (at least one per camera) by default; below it, on one thread. From
+of a batch on 2 threads (at least one per camera) by default; below it, on one thread (in the
+background either way: the stream reads one block ahead, see :class:`GroupRead`). From
 this size swscale's conversion releases the GIL too (``format/swscale._RELEASE_GIL_FROM``).
 Measured on this 2-core machine, quiet, in one process (alternating 10-batch blocks, 30
 rounds, uint8, 0 workers), time per sample with one thread against the previous default of

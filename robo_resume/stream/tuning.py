@@ -86,6 +86,8 @@ class StreamTuning:
             None (default): in the main process (``num_workers=0``) one for frames smaller
             than 128x128 pixels (a second thread loses more to GIL hand-offs than it gives),
             else one per camera and at least 2 (1 on a single core); 1 in DataLoader workers.
+            In the main process they decode in the background, one block ahead of the batch
+            being used; in workers, on the worker's own thread.
     """
 
     interleave: int = 4
