@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_example
 
 from robo_resume import ChunkedEpisodeDataset
 from robo_resume.audit import consume
@@ -66,21 +67,21 @@ def test_train_policy_crash_and_resume(tmp_path):
     assert [got[s][0] for s in (6, 7)] == [want[6], want[7]]
 
 
-def test_stateful_dataloader_example():
-    r = run(EXAMPLES / "stateful_dataloader.py")
-    assert "identical to the uninterrupted run: True" in r.stdout
+def test_stateful_dataloader_example(capsys):
+    out = run_example("stateful_dataloader.py", capsys=capsys)
+    assert "identical to the uninterrupted run: True" in out, out
 
 
-def test_uint8_on_device_example(tmp_path):
-    r = run(EXAMPLES / "uint8_on_device.py", "--workdir", tmp_path, "--num-workers", "2",
-            "--batches", "8")  # fmt: skip
-    assert "identical to image_dtype='float32': True" in r.stdout, r.stdout
-    assert "MiB as uint8" in r.stdout
+def test_uint8_on_device_example(tmp_path, capsys):
+    out = run_example("uint8_on_device.py", "--workdir", tmp_path, "--num-workers", "2",
+                      "--batches", "8", capsys=capsys)  # fmt: skip
+    assert "identical to image_dtype='float32': True" in out, out
+    assert "MiB as uint8" in out
 
 
-def test_lerobot_policy_example():
-    r = run(EXAMPLES / "lerobot_policy.py", "--steps", "3", "--num-workers", "1")
-    assert "trained ACT for 3 steps" in r.stdout
+def test_lerobot_policy_example(capsys):
+    out = run_example("lerobot_policy.py", "--steps", "3", "--num-workers", "1", capsys=capsys)
+    assert "trained ACT for 3 steps" in out, out
 
 
 # examples/ddp_train.py (crash and exact resume on every rank, its README command included)
