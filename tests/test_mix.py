@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_example
 
 from robo_resume import DatasetFormatError, ResumeStateError
 from robo_resume.mix import MixedDataset, MixSource
@@ -281,10 +282,12 @@ def _steps(path):
 
 
 @pytest.mark.slow(15)
-def test_mix_train_val_example_crash_and_resume(tmp_path):
+def test_mix_train_val_example_crash_and_resume(tmp_path, capsys):
+    """The uninterrupted run in this process (the example's main), the crashed and the resumed
+    run as ``python examples/mix_train_val.py``: the resume starts from the files alone."""
     full, crash = tmp_path / "full", tmp_path / "crash"
     script = EXAMPLES / "mix_train_val.py"
-    want_out = _run(script, "--workdir", full).stdout
+    want_out = run_example("mix_train_val.py", "--workdir", full, capsys=capsys)
     r = _run(script, "--workdir", crash, "--stop-at-step", "10", ok=False)
     assert r.returncode == 1 and "crashing after step 10 (last checkpoint: step 8)" in r.stdout
     got_out = _run(script, "--workdir", crash, "--resume").stdout
