@@ -83,6 +83,37 @@ def run_benchmark_here(
     return code, capsys.readouterr().out
 
 
+def interrupted_run(make, points, *, num_workers, epochs=1, loader_kwargs=None):
+    """The training loop of :func:`robo_resume.audit.consume`, stopped after batch
+    ``points[-1]``, with the tracker's state saved after each batch ``s`` in ``points``
+    (ascending): ``([(role, index list)...], {s: state after batch s})``.
+
+    One interrupted run for several crash points: the state after batch ``s`` (a deep copy:
+    what a checkpoint at ``s`` holds) depends on the batches consumed up to then only, so a run
+    stopped at ``s`` saves the same. Each resume from it is the caller's fresh dataset and loader.
+    """
+    import copy
+
+    from robo_resume import CURSOR_KEY
+
+    points = list(points)
+    assert points == sorted(set(points)) and points[0] >= 1, points
+    ds = make()
+    tracker = ds.tracker()
+    loader = ds.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
+    batches, states = [], {}
+    for _ in range(epochs):
+        for batch in loader:
+            role = int(batch[CURSOR_KEY][0, 1])
+            batch = tracker.consume(batch)
+            batches.append((role, batch["index"].tolist()))
+            if len(batches) in points:
+                states[len(batches)] = copy.deepcopy(tracker.state_dict())
+            if len(batches) == points[-1]:
+                return batches, states
+    raise AssertionError(f"crash point {points[-1]} is past the run's {len(batches)} batches")
+
+
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 OPEN50_MISSING_VIDEO = (1, 2, 7, 9, 25, 33, 34)
 OPEN50_WITH_VIDEO = tuple(e for e in range(50) if e not in OPEN50_MISSING_VIDEO)

@@ -6,13 +6,13 @@ included) of an interrupted-and-resumed run with an uninterrupted one. Nothing i
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
 
 import pytest
 import torch
+from conftest import interrupted_run
 
 from robo_resume import (
     CURSOR_KEY,
@@ -65,13 +65,11 @@ def run_resume(
     """Yield (s, full, before, after_arithmetic, after_cursor) per crash point ``s`` in
     ``crash_at`` (an int or several, ascending), as lists of index batches.
 
-    One interrupted run serves every crash point: it stops after the last one, and the tracker's
-    state is saved after batch ``s`` for each ``s`` (a deep copy: what a checkpoint at ``s``
-    holds; the state depends on the batches consumed up to then only, so a run stopped at ``s``
-    saves the same). Each resume, by arithmetic and by cursor, is a fresh dataset and loader.
+    One interrupted run serves every crash point (tests/conftest.py ``interrupted_run``): it
+    stops after the last one, with the tracker's state saved after each. Each resume, by
+    arithmetic and by cursor, is a fresh dataset and loader.
     """
     points = [crash_at] if isinstance(crash_at, int) else list(crash_at)
-    assert points == sorted(set(points)) and points[0] >= 1, points
 
     def make(**extra):
         return ChunkedEpisodeDataset(root, batch_size=batch_size, infinite=infinite, **kw, **extra)
@@ -84,7 +82,7 @@ def run_resume(
             make, **(dict(stop_after=total) if infinite else dict(epochs=epochs)), **common
         )[0]
     full = _FULL[key]
-    before, states = interrupted(make, points, epochs=1 if infinite else epochs, **common)
+    before, states = interrupted_run(make, points, epochs=1 if infinite else epochs, **common)
     for s in points:
         state = states[s]
         if infinite:
@@ -94,25 +92,6 @@ def run_resume(
         arith, _ = consume(make, resume_step=s * batch_size, **common, **left)
         cursor, _ = consume(make, resume_state=state, **common, **left)
         yield s, flat(full), flat(before[:s]), flat(arith), flat(cursor)
-
-
-def interrupted(make, points, *, epochs, num_workers, loader_kwargs):
-    """The training loop of :func:`robo_resume.audit.consume`, stopped after batch
-    ``points[-1]``: the consumed ``(role, index list)`` and ``{s: tracker state after batch s}``."""
-    ds = make()
-    tracker = ds.tracker()
-    loader = ds.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
-    batches, states = [], {}
-    for _ in range(epochs):
-        for batch in loader:
-            role = int(batch[CURSOR_KEY][0, 1])
-            batch = tracker.consume(batch)
-            batches.append((role, batch["index"].tolist()))
-            if len(batches) in points:
-                states[len(batches)] = copy.deepcopy(tracker.state_dict())
-            if len(batches) == points[-1]:
-                return batches, states
-    raise AssertionError(f"crash point {points[-1]} is past the run's {len(batches)} batches")
 
 
 def assert_exact(full, before, after, what):
