@@ -36,6 +36,84 @@ def run_benchmark(script: str, *args: str, timeout: float) -> subprocess.Complet
     )
 
 
+def run_main_here(path: Path, argv: list[str] | None) -> object:
+    """Run the script at ``path`` in this process, as ``python PATH ARGV`` would: its ``main``.
+
+    Saves starting Python and importing torch (and lerobot) once more, for a script that runs
+    start to end in one process (never a crash and a resume across processes: those keep their
+    subprocesses). The script is loaded from its file under a name of its own, with its folder
+    first on ``sys.path`` (as for ``python PATH``: the examples' ``tiny_policy``, the
+    benchmarks' ``_common``). What a script sets for its own process is put back afterwards:
+    ``sys.path``, ``os.environ`` (a benchmark sets ``PYTHONWARNINGS`` for its workers; the
+    tests' later subprocesses must not inherit it) and the level of the ``robo_resume`` logger;
+    pytest puts the warning filters back itself. Returns what ``main`` returned.
+    """
+    import importlib.util
+    import logging
+
+    path_, environ = list(sys.path), dict(os.environ)
+    level = logging.getLogger("robo_resume").level
+    try:
+        sys.path.insert(0, str(path.parent))
+        name = f"robo_resume_{path.parent.name}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.main(*([argv] if argv is not None else []))
+    finally:
+        sys.path[:] = path_
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
+        logging.getLogger("robo_resume").setLevel(level)
+
+
+def run_example(script: str, *args: object, capsys: pytest.CaptureFixture[str]) -> str:
+    """``python examples/SCRIPT ARGS`` in this process (:func:`run_main_here`): what it printed."""
+    run_main_here(REPO / "examples" / script, [str(a) for a in args] if args else None)
+    return capsys.readouterr().out
+
+
+def run_benchmark_here(
+    script: str, *args: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[object, str]:
+    """``python benchmarks/SCRIPT ARGS`` in this process (:func:`run_main_here`): (exit code,
+    what it printed to stdout)."""
+    code = run_main_here(REPO / "benchmarks" / script, list(args))
+    return code, capsys.readouterr().out
+
+
+def interrupted_run(make, points, *, num_workers, epochs=1, loader_kwargs=None):
+    """The training loop of :func:`robo_resume.audit.consume`, stopped after batch
+    ``points[-1]``, with the tracker's state saved after each batch ``s`` in ``points``
+    (ascending): ``([(role, index list)...], {s: state after batch s})``.
+
+    One interrupted run for several crash points: the state after batch ``s`` (a deep copy:
+    what a checkpoint at ``s`` holds) depends on the batches consumed up to then only, so a run
+    stopped at ``s`` saves the same. Each resume from it is the caller's fresh dataset and loader.
+    """
+    import copy
+
+    from robo_resume import CURSOR_KEY
+
+    points = list(points)
+    assert points == sorted(set(points)) and points[0] >= 1, points
+    ds = make()
+    tracker = ds.tracker()
+    loader = ds.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
+    batches, states = [], {}
+    for _ in range(epochs):
+        for batch in loader:
+            role = int(batch[CURSOR_KEY][0, 1])
+            batch = tracker.consume(batch)
+            batches.append((role, batch["index"].tolist()))
+            if len(batches) in points:
+                states[len(batches)] = copy.deepcopy(tracker.state_dict())
+            if len(batches) == points[-1]:
+                return batches, states
+    raise AssertionError(f"crash point {points[-1]} is past the run's {len(batches)} batches")
+
+
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 OPEN50_MISSING_VIDEO = (1, 2, 7, 9, 25, 33, 34)
 OPEN50_WITH_VIDEO = tuple(e for e in range(50) if e not in OPEN50_MISSING_VIDEO)

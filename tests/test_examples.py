@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_example
 
 from robo_resume import ChunkedEpisodeDataset
 from robo_resume.audit import consume
@@ -66,32 +67,34 @@ def test_train_policy_crash_and_resume(tmp_path):
     assert [got[s][0] for s in (6, 7)] == [want[6], want[7]]
 
 
-def test_stateful_dataloader_example():
-    r = run(EXAMPLES / "stateful_dataloader.py")
-    assert "identical to the uninterrupted run: True" in r.stdout
+def test_stateful_dataloader_example(capsys):
+    out = run_example("stateful_dataloader.py", capsys=capsys)
+    assert "identical to the uninterrupted run: True" in out, out
 
 
-def test_uint8_on_device_example(tmp_path):
-    r = run(EXAMPLES / "uint8_on_device.py", "--workdir", tmp_path, "--num-workers", "2",
-            "--batches", "8")  # fmt: skip
-    assert "identical to image_dtype='float32': True" in r.stdout, r.stdout
-    assert "MiB as uint8" in r.stdout
+def test_uint8_on_device_example(tmp_path, capsys):
+    out = run_example("uint8_on_device.py", "--workdir", tmp_path, "--num-workers", "2",
+                      "--batches", "8", capsys=capsys)  # fmt: skip
+    assert "identical to image_dtype='float32': True" in out, out
+    assert "MiB as uint8" in out
 
 
-def test_lerobot_policy_example():
-    r = run(EXAMPLES / "lerobot_policy.py", "--steps", "3", "--num-workers", "1")
-    assert "trained ACT for 3 steps" in r.stdout
+def test_lerobot_policy_example(capsys):
+    out = run_example("lerobot_policy.py", "--steps", "3", "--num-workers", "1", capsys=capsys)
+    assert "trained ACT for 3 steps" in out, out
 
 
 # examples/ddp_train.py (crash and exact resume on every rank, its README command included)
 # runs in tests/test_multinode.py as two torchrun node groups.
 
 
-@pytest.mark.slow(28)
+@pytest.mark.slow(15)
 @pytest.mark.timeout(600)
 def test_accelerate_example_and_the_pitfall(tmp_path):
-    torchrun(EXAMPLES / "accelerate_train.py", "--workdir", tmp_path)
-    torchrun(EXAMPLES / "accelerate_train.py", "--workdir", tmp_path, "--prepare-loader")
+    """The README's two commands, one torchrun start: in each rank, the example's main runs
+    as documented, then with --prepare-loader (tests/example_runs.py)."""
+    torchrun(Path(__file__).with_name("example_runs.py"), "accelerate_train.py",
+             "--workdir", tmp_path, "---", "--workdir", tmp_path, "--prepare-loader")  # fmt: skip
 
     def frames(kind):
         return Counter(

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_example
 
 from robo_resume import DatasetFormatError, ResumeStateError
 from robo_resume.mix import MixedDataset, MixSource
@@ -37,17 +38,27 @@ def make_mix(roots, weights=(1, 3), **kw):
 
 
 def consume(make, *, num_workers, epochs=1, stop_after=None, loader_kwargs=None, **kw):
-    """Run a loop; return [(source, indices)] and the tracker state at ``stop_after``."""
+    """Run a loop; return [(source, indices)] and the tracker state at ``stop_after``.
+
+    ``stop_after`` may be several batch counts (ascending): the loop stops after the last one
+    and returns ``{count: state after that batch}`` (one interrupted run for several crash
+    points; the state depends on the batches consumed up to then only, so a run stopped there
+    saves the same).
+    """
     mix = make(**kw)
     tracker = mix.tracker()
     loader = mix.dataloader(num_workers=num_workers, **(loader_kwargs or {}))
-    out = []
+    points = [stop_after] if isinstance(stop_after, int) else list(stop_after or [])
+    assert points == sorted(set(points)), points
+    out, states = [], {}
     for _ in range(epochs):
         for batch in loader:
             batch = tracker.consume(batch)
             out.append((tracker.last_source, batch["index"].tolist()))
-            if stop_after is not None and len(out) == stop_after:
-                return out, json.loads(json.dumps(tracker.state_dict()))
+            if len(out) in points:
+                states[len(out)] = json.loads(json.dumps(tracker.state_dict()))
+            if points and len(out) == points[-1]:
+                return out, states[len(out)] if isinstance(stop_after, int) else states
     return out, None
 
 
@@ -98,8 +109,9 @@ def test_resume_cycle_exact(roots, num_workers):
 
     total = 90  # source 1 (91 frames, 3/4 of the batches) cycles through ~2.5 epochs
     full, _ = consume(make, num_workers=num_workers, stop_after=total)
+    run, states = consume(make, num_workers=num_workers, stop_after=(1, 7, 61))
     for s in (1, 7, 61):
-        before, state = consume(make, num_workers=num_workers, stop_after=s)
+        before, state = run[:s], states[s]
         assert sum(c[3] for c in state["mix"]) == s  # batches each mix stream gave
         after, _ = consume(make, num_workers=num_workers, stop_after=total - s, resume_state=state)
         assert_exact(full, before, after, f"cycle W={num_workers} s={s}")
@@ -117,8 +129,10 @@ def test_resume_stop_exact_over_epochs(roots, num_workers):
     run = dict(num_workers=num_workers, loader_kwargs=dict(persistent_workers=num_workers > 0))
     full, _ = consume(make, epochs=2, **run)
     assert len(full) == 2 * per_epoch
-    for s in (per_epoch // 2 + 1, per_epoch, per_epoch + 3):
-        before, state = consume(make, epochs=2, stop_after=s, **run)
+    crashes = (per_epoch // 2 + 1, per_epoch, per_epoch + 3)
+    interrupted, states = consume(make, epochs=2, stop_after=crashes, **run)
+    for s in crashes:
+        before, state = interrupted[:s], states[s]
         left = 2 - make().epochs_started(state, num_workers)
         after, _ = consume(make, epochs=left, resume_state=state, **run)
         assert_exact(full, before, after, f"stop W={num_workers} s={s}")
@@ -281,10 +295,12 @@ def _steps(path):
 
 
 @pytest.mark.slow(15)
-def test_mix_train_val_example_crash_and_resume(tmp_path):
+def test_mix_train_val_example_crash_and_resume(tmp_path, capsys):
+    """The uninterrupted run in this process (the example's main), the crashed and the resumed
+    run as ``python examples/mix_train_val.py``: the resume starts from the files alone."""
     full, crash = tmp_path / "full", tmp_path / "crash"
     script = EXAMPLES / "mix_train_val.py"
-    want_out = _run(script, "--workdir", full).stdout
+    want_out = run_example("mix_train_val.py", "--workdir", full, capsys=capsys)
     r = _run(script, "--workdir", crash, "--stop-at-step", "10", ok=False)
     assert r.returncode == 1 and "crashing after step 10 (last checkpoint: step 8)" in r.stdout
     got_out = _run(script, "--workdir", crash, "--resume").stdout

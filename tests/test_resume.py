@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from conftest import interrupted_run
 
 from robo_resume import (
     CURSOR_KEY,
@@ -61,7 +62,14 @@ def run_resume(
     loader_kwargs=None,
     **kw,
 ):
-    """Return (full, before, after_arithmetic, after_cursor) as lists of index batches."""
+    """Yield (s, full, before, after_arithmetic, after_cursor) per crash point ``s`` in
+    ``crash_at`` (an int or several, ascending), as lists of index batches.
+
+    One interrupted run serves every crash point (tests/conftest.py ``interrupted_run``): it
+    stops after the last one, with the tracker's state saved after each. Each resume, by
+    arithmetic and by cursor, is a fresh dataset and loader.
+    """
+    points = [crash_at] if isinstance(crash_at, int) else list(crash_at)
 
     def make(**extra):
         return ChunkedEpisodeDataset(root, batch_size=batch_size, infinite=infinite, **kw, **extra)
@@ -74,15 +82,16 @@ def run_resume(
             make, **(dict(stop_after=total) if infinite else dict(epochs=epochs)), **common
         )[0]
     full = _FULL[key]
-    if infinite:
-        before, state = consume(make, stop_after=crash_at, **common)
-        left = dict(stop_after=total - crash_at)
-    else:
-        before, state = consume(make, epochs=epochs, stop_after=crash_at, **common)
-        left = dict(epochs=epochs - epochs_started(make(), state, num_workers))
-    arith, _ = consume(make, resume_step=crash_at * batch_size, **common, **left)
-    cursor, _ = consume(make, resume_state=state, **common, **left)
-    return flat(full), flat(before), flat(arith), flat(cursor)
+    before, states = interrupted_run(make, points, epochs=1 if infinite else epochs, **common)
+    for s in points:
+        state = states[s]
+        if infinite:
+            left = dict(stop_after=total - s)
+        else:
+            left = dict(epochs=epochs - epochs_started(make(), state, num_workers))
+        arith, _ = consume(make, resume_step=s * batch_size, **common, **left)
+        cursor, _ = consume(make, resume_state=state, **common, **left)
+        yield s, flat(full), flat(before[:s]), flat(arith), flat(cursor)
 
 
 def assert_exact(full, before, after, what):
@@ -104,10 +113,10 @@ def test_epoch_mode_all_crash_points(tab_root, small_root, num_workers, batch_si
     if batch_size == 1:
         tab_root = small_root
     kw = dict(seed=11, chunk_frames=8)
-    for s in crash_points(tab_root, num_workers, batch_size, **kw):
-        full, before, arith, cursor = run_resume(
-            tab_root, num_workers=num_workers, batch_size=batch_size, crash_at=s, **kw
-        )
+    points = crash_points(tab_root, num_workers, batch_size, **kw)
+    for s, full, before, arith, cursor in run_resume(
+        tab_root, num_workers=num_workers, batch_size=batch_size, crash_at=points, **kw
+    ):
         assert_exact(full, before, arith, f"arithmetic W={num_workers} B={batch_size} s={s}")
         assert_exact(full, before, cursor, f"cursor W={num_workers} B={batch_size} s={s}")
 
@@ -116,10 +125,10 @@ def test_epoch_mode_all_crash_points(tab_root, small_root, num_workers, batch_si
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_drop_last_and_seeds(tab_root, drop_last, seed):
     kw = dict(seed=seed, chunk_frames=10, drop_last=drop_last)
-    for s in crash_points(tab_root, 2, 7, **kw):
-        full, before, arith, cursor = run_resume(
-            tab_root, num_workers=2, batch_size=7, crash_at=s, **kw
-        )
+    points = crash_points(tab_root, 2, 7, **kw)
+    for s, full, before, arith, cursor in run_resume(
+        tab_root, num_workers=2, batch_size=7, crash_at=points, **kw
+    ):
         assert_exact(full, before, arith, f"arith drop_last={drop_last} s={s}")
         assert_exact(full, before, cursor, f"cursor drop_last={drop_last} s={s}")
         if drop_last:
@@ -132,16 +141,15 @@ def test_infinite_mode(tab_root, num_workers):
     ds = ChunkedEpisodeDataset(tab_root, batch_size=7, infinite=True, **kw)
     per_epoch = ds.batches_per_epoch(num_workers)
     total = 3 * per_epoch + 2
-    for s in (1, per_epoch, per_epoch + 1, 2 * per_epoch + 1):
-        full, before, arith, cursor = run_resume(
-            tab_root,
-            num_workers=num_workers,
-            batch_size=7,
-            crash_at=s,
-            infinite=True,
-            total=total,
-            **kw,
-        )
+    for s, full, before, arith, cursor in run_resume(
+        tab_root,
+        num_workers=num_workers,
+        batch_size=7,
+        crash_at=(1, per_epoch, per_epoch + 1, 2 * per_epoch + 1),
+        infinite=True,
+        total=total,
+        **kw,
+    ):
         assert all(len(b) == 7 for b in full)  # batches straddle epochs, never partial
         assert_exact(full, before, arith, f"infinite arith s={s}")
         assert_exact(full, before, cursor, f"infinite cursor s={s}")
@@ -152,16 +160,15 @@ def test_persistent_workers_epochs_advance(tab_root, persistent):
     """Each iter() is the next epoch, with or without persistent workers (no set_epoch trap)."""
     kw = dict(seed=3, chunk_frames=8)
     loader_kwargs = dict(persistent_workers=persistent)
-    for s in crash_points(tab_root, 2, 7, **kw):
-        full, before, arith, cursor = run_resume(
-            tab_root,
-            num_workers=2,
-            batch_size=7,
-            crash_at=s,
-            epochs=3,
-            loader_kwargs=loader_kwargs,
-            **kw,
-        )
+    for s, full, before, arith, cursor in run_resume(
+        tab_root,
+        num_workers=2,
+        batch_size=7,
+        crash_at=crash_points(tab_root, 2, 7, **kw),
+        epochs=3,
+        loader_kwargs=loader_kwargs,
+        **kw,
+    ):
         assert_exact(full, before, arith, f"persistent={persistent} s={s}")
         assert_exact(full, before, cursor, f"persistent={persistent} s={s}")
     ds = ChunkedEpisodeDataset(tab_root, batch_size=7, **kw)
@@ -173,10 +180,9 @@ def test_persistent_workers_epochs_advance(tab_root, persistent):
 
 def test_with_video_and_delta(cam_root):
     kw = dict(seed=1, chunk_frames=6, delta_timestamps={"action": [0, 0.1, 0.2]})
-    for s in (1, 3, 4):
-        full, before, arith, cursor = run_resume(
-            cam_root, num_workers=2, batch_size=5, crash_at=s, epochs=1, **kw
-        )
+    for s, full, before, arith, cursor in run_resume(
+        cam_root, num_workers=2, batch_size=5, crash_at=(1, 3, 4), epochs=1, **kw
+    ):
         assert_exact(full, before, arith, f"video s={s}")
         assert_exact(full, before, cursor, f"video s={s}")
 
@@ -335,7 +341,7 @@ def test_chunks_cut_at_keyframes(factory):
     # so at frames 0/12/24 of episode 0 and 6/18/30 of episode 1. File 1 holds episode 2.
     stops = {e: [c.stop for c in ds.chunks if c.episode_index == e] for e in range(3)}
     assert stops == {0: [12, 24, 30], 1: [6, 18, 30, 41], 2: [12, 25]}
-    full, before, arith, cursor = run_resume(
+    [(_, full, before, arith, cursor)] = run_resume(
         ds0.root,
         num_workers=2,
         batch_size=4,
@@ -356,9 +362,8 @@ def test_tail_pad(tab_root):
     epoch = [i for b in ds.dataloader(num_workers=3) for i in b["index"].tolist()]
     assert set(epoch) == set(range(sum(LENGTHS)))  # nothing dropped; a few frames repeated
     assert len(epoch) == 3 * ds.schedule(3).frames_per_stream >= sum(LENGTHS)
-    for s in (1, 5):
-        full, before, arith, cursor = run_resume(
-            tab_root, num_workers=3, batch_size=7, crash_at=s, epochs=1, **kw
-        )
+    for s, full, before, arith, cursor in run_resume(
+        tab_root, num_workers=3, batch_size=7, crash_at=(1, 5), epochs=1, **kw
+    ):
         assert_exact(full, before, arith, f"pad s={s}")
         assert_exact(full, before, cursor, f"pad s={s}")
