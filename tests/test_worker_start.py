@@ -211,15 +211,32 @@ print("done")
 """
 
 
-def test_exit_with_a_live_iterator_is_quiet(factory, tmp_path):
-    """A script that ends while a num_workers=0 iterator still reads ahead exits cleanly, also
-    when the iterator is collected after the interpreter cleared the modules' globals (its
-    clean-up then must not use them: it printed "Exception ignored ... AttributeError" when it
-    did)."""
+EXIT_AFTER_IMPORTS = """
+import multiprocessing  # imported first, as in many training scripts: the interpreter then
+import sys  # clears concurrent.futures' globals before it collects the iterator
+
+import pyarrow.parquet
+
+from robo_resume import ChunkedEpisodeDataset
+
+ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=4, infinite=True)
+it = iter(ds.dataloader(num_workers=0))
+next(it)  # the next block reads in the background; the script ends with the iterator alive
+print("done")
+"""
+
+
+@pytest.mark.parametrize("script", ["after_module_teardown", "after_imports"])
+def test_exit_with_a_live_iterator_is_quiet(factory, tmp_path, script):
+    """A script that ends while a num_workers=0 iterator still reads ahead exits at once and
+    cleanly, also when the interpreter collects the iterator after it cleared the modules'
+    globals: its clean-up must then use none of them (it printed "Exception ignored ...
+    AttributeError" when it did), nor wait for a Future (``result()`` without its module's
+    globals waited forever: the script hung at exit)."""
     root = factory(episode_lengths=(23, 41, 17)).root
-    script = tmp_path / "exit_while_reading.py"
-    script.write_text(EXIT_WHILE_READING)
-    code, out, err = run_python([str(script), str(root)], timeout=90)
+    path = tmp_path / "exit_while_reading.py"
+    path.write_text(EXIT_WHILE_READING if script == "after_module_teardown" else EXIT_AFTER_IMPORTS)
+    code, out, err = run_python([str(path), str(root)], timeout=60)
     assert code == 0 and "done" in out, err[-3000:]
     assert "Exception ignored" not in err and "Traceback" not in err, err[-3000:]
 

@@ -5,6 +5,7 @@ skipped at the frames where they happen."""
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -44,6 +45,8 @@ class GroupRead:
     outcome is handled in order when it is asked for. Abandoning the iterator waits for the
     reads in flight, then closes the readers.
     """
+
+    _finalizing = staticmethod(sys.is_finalizing)  # kept by the class, not the module
 
     def __init__(
         self,
@@ -87,7 +90,11 @@ class GroupRead:
                 planned = flight.popleft()
                 yield self._finish(*planned[:-1], planned[-1]())
         finally:  # no module globals here: it may run at interpreter exit, after their teardown
-            for planned in flight:  # reads in flight end before their readers close
+            # Reads in flight end before their readers close. At interpreter exit the decoding
+            # threads have already been joined (nothing is in flight), and a Future must not
+            # be waited for: concurrent.futures' own globals may be gone, and result() then
+            # waits forever.
+            for planned in () if self._finalizing() else flight:
                 try:
                     planned[-1]()
                 except Exception:  # the consumer left: nothing reads the outcome
