@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,64 +64,6 @@ class _Block:
     def frames(self) -> int:
         """Frames read (rows in the batch)."""
         return self.size if self.kept is None else self.kept
-
-
-class _AfterFailure(Exception):
-    """A segment's read not made because an earlier read of the segment failed."""
-
-
-class _Lanes:
-    """The reads of a group's segments in order, one at a time per segment, across blocks.
-
-    With two blocks in flight (``_BatchTarget.depth`` 2) a segment's next read may be picked
-    by one decoding thread while its previous read still runs on another; :meth:`run` makes
-    it wait for its turn (the order :meth:`ticket` s were given in, on the stream's thread).
-    Once a read of a segment failed, its later reads do not run (they raise
-    :class:`_AfterFailure`): the caller skips or raises on the first failure, and a failed
-    reader is closed while no read of it runs. Deadlock-free: a read waits only for reads
-    handed to the thread pool before it (whose threads took them in that order).
-    """
-
-    def __init__(self, segments: int) -> None:
-        self._cv = threading.Condition()
-        self._given = [0] * segments
-        self._done = [0] * segments
-        self.failed = [False] * segments  # set under the lock; read without it
-        self._waiting = 0
-
-    def ticket(self, j: int) -> int:
-        """The next read's turn on segment ``j`` (the stream's thread, in planning order)."""
-        t = self._given[j]
-        self._given[j] += 1
-        return t
-
-    def fail(self, j: int) -> None:
-        """Segment ``j`` failed outside a read (its reader did not open)."""
-        with self._cv:
-            self.failed[j] = True
-
-    def run(self, j: int, turn: int, fn: Callable[[], Any]) -> Any:
-        """``fn()`` when the segment's earlier reads have ended (and none failed)."""
-        cv = self._cv
-        if self._done[j] != turn:
-            with cv:
-                self._waiting += 1
-                while self._done[j] != turn:
-                    cv.wait()
-                self._waiting -= 1
-        try:
-            if self.failed[j]:
-                raise _AfterFailure(f"segment {j}: an earlier read failed")
-            return fn()
-        except BaseException:
-            with cv:
-                self.failed[j] = True
-            raise
-        finally:
-            with cv:
-                self._done[j] += 1
-                if self._waiting:
-                    cv.notify_all()
 
 
 def _streaming_error(exc: Exception, where: str) -> Exception:
