@@ -72,7 +72,7 @@ def test_balanced_runs_cover_the_jobs_in_order():
     # `parts` of them, and not lopsided (none past its share by more than one job)
     import numpy as np
 
-    from robo_resume.items.builder import _balanced_runs
+    from robo_resume.items.threads import _balanced_runs
 
     rng = np.random.default_rng(0)
     for _ in range(500):

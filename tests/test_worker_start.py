@@ -137,7 +137,7 @@ def test_notebook_peek_then_workers_with_a_lambda(factory):
 
 FORK_WHILE_READING = """
 import os, sys, time
-import robo_resume.items.builder as builder
+import robo_resume.items.threads as builder
 from robo_resume import ChunkedEpisodeDataset
 from robo_resume.stream.group_read import GroupRead
 
