@@ -11,6 +11,12 @@ the median of the per-round ratios. An A/A run (the same checkout twice) shows t
 0.99-1.03 on this machine while other jobs ran.
 
 ``num_workers=0`` only (the main process does the work that is timed), uint8 images, batch 32.
+A side's timed block ends when its reads in flight have ended (a stream reads its next block on
+a decoding thread while the batch is used): otherwise that decoding would run on the other
+side's clock, and a side that reads ahead would be timed as faster than one that does not (by
+up to a block per round). ``--step-ms`` adds a simulated training step after every batch (a
+loop of 256x256 matrix products on one torch thread, which runs without the GIL), the case
+decoding in the background is made for.
 Datasets: the factory datasets (a), (b), (c) of ``benchmarks/throughput.py`` and (d) open50;
 ``--tuning-a`` / ``--tuning-b`` give each side its own ``StreamTuning`` (JSON), e.g. one
 decoding thread against two on the same checkout.
@@ -48,7 +54,40 @@ def load_copy(checkout: Path, name: str, into: Path):
     return importlib.import_module(name)
 
 
-def measure(packages, case: Case, delta: bool, tunings, args) -> dict:
+def settle(pkg) -> None:
+    """Wait until no read of ``pkg`` (a copy of robo_resume) runs on its decoding threads."""
+    items = pkg.items
+    for module in ("threads", "builder"):  # where settle_reads lives (older checkouts: builder)
+        wait = getattr(getattr(items, module, None), "settle_reads", None)
+        if wait is not None:
+            wait()
+            return  # a checkout without it (before reading ahead) has nothing in flight
+
+
+def training_step(ms: float):
+    """A function taking about ``ms`` milliseconds of one core without the GIL (torch matrix
+    products on one thread; calibrated here), or None for 0."""
+    if ms <= 0:
+        return None
+    import torch
+
+    torch.set_num_threads(1)
+    a, w = torch.randn(256, 256), torch.randn(256, 256)
+
+    def run(n: int):
+        x = a
+        for _ in range(n):
+            x = torch.tanh(x @ w)
+        return x
+
+    run(20)
+    t = time.perf_counter()
+    run(200)
+    n = max(1, round(ms / ((time.perf_counter() - t) / 200 * 1e3)))
+    return lambda: run(n)
+
+
+def measure(packages, case: Case, delta: bool, tunings, args, step=None) -> dict:
     """Alternating blocks of both packages' batches on ``case``: times per sample and ratios."""
     iterators = []
     for pkg, tuning in zip(packages, tunings, strict=True):
@@ -72,6 +111,9 @@ def measure(packages, case: Case, delta: bool, tunings, args) -> dict:
             t = time.perf_counter()
             for _ in range(args.block):
                 next(iterators[side])
+                if step is not None:
+                    step()
+            settle(packages[side])  # its reads in flight end on its own clock
             spent[side] = time.perf_counter() - t
             totals[side] += spent[side]
         ratios.append(spent[0] / spent[1])
@@ -95,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=40, help="rounds of one block per side")
     p.add_argument("--block", type=int, default=10, help="batches per block")
     p.add_argument("--warmup", type=int, default=30, help="batches per side before timing")
+    p.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="a simulated training step of about this many ms after every batch (default 0)",
+    )
     p.add_argument("--tuning-a", default="{}", help="StreamTuning of A as JSON")
     p.add_argument("--tuning-b", default=None, help="StreamTuning of B as JSON (default: A's)")
     p.add_argument(
@@ -114,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     print(describe_machine(info))
     deltas = {"no": [False], "yes": [True], "both": [False, True]}[args.delta]
+    step = training_step(args.step_ms)
     rows = []
     with tempfile.TemporaryDirectory(prefix="robo_resume_paired_") as tmp:
         sys.path.insert(0, tmp)
@@ -131,13 +180,14 @@ def main(argv: list[str] | None = None) -> int:
                     progress(
                         f"({name}) delta={delta}: {args.rounds} rounds of {args.block} batches"
                     )
-                    rows.append(measure(packages, case, delta, tunings, args))
+                    rows.append(measure(packages, case, delta, tunings, args, step))
         finally:
             sys.path.remove(tmp)
     print(f"\nA = {args.a} {tunings[0]}\nB = {args.b} {tunings[1]}")
     print(
         f"time per sample, 0 workers, uint8, batch {BATCH}; "
         f"alternating blocks of {args.block} batches"
+        + (f"; a {args.step_ms:g} ms training step after every batch" if args.step_ms else "")
     )
     print_table(
         ["dataset", "delta", "A us/sample", "B us/sample", "A/B total", "A/B median round"],

@@ -31,6 +31,8 @@ def test_paired_benchmark_quick(tmp_path: Path) -> None:
         "d",
         "--tuning-b",
         '{"camera_threads": 2}',
+        "--step-ms",
+        "1",
         "--data-dir",
         str(tmp_path / "data"),
         "--json",
@@ -40,6 +42,7 @@ def test_paired_benchmark_quick(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"paired.py failed:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.startswith("machine: "), proc.stdout[:200]
     assert "A/B median round" in proc.stdout
+    assert "a 1 ms training step after every batch" in proc.stdout
     data = json.loads(out_json.read_text())
     assert data["tunings"] == [{}, {"camera_threads": 2}]
     rows = data["rows"]
