@@ -86,3 +86,55 @@ def test_balanced_runs_cover_the_jobs_in_order():
         biggest = max(sizes)
         assert all(sum(sizes[a:b]) <= sum(sizes) / len(runs) + 2 * biggest for a, b in runs)
     assert _balanced_runs([1] * 32, 4) == [(0, 8), (8, 16), (16, 24), (24, 32)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_abandoned_iterator_closes_its_readers_after_the_reads_in_flight(
+    factory, monkeypatch, threads
+):
+    """A 0-worker stream reads its next block in the background; an iterator dropped in the
+    middle of a group (here: with a slow read in flight) waits for that read to end before it
+    closes the chunks' readers, so no decoder is closed under a read that still uses it."""
+    import gc
+    import threading
+    import time
+
+    from robo_resume.items.ranges import EpisodeRangeReader
+    from robo_resume.stream.group_read import GroupRead
+
+    root = factory(episode_lengths=(40, 36, 44), num_cameras=2).root
+    lock, running, events = threading.Lock(), [0], []
+    read, close = GroupRead._read, EpisodeRangeReader.close
+
+    def slow_read(self, job):
+        with lock:
+            running[0] += 1
+        try:
+            time.sleep(0.2)
+            return read(self, job)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    def checked_close(self):
+        with lock:
+            events.append(running[0])  # reads still running when a reader closes
+        return close(self)
+
+    monkeypatch.setattr(GroupRead, "_read", slow_read)
+    monkeypatch.setattr(EpisodeRangeReader, "close", checked_close)
+    ds = ChunkedEpisodeDataset(
+        root,
+        batch_size=4,
+        chunk_frames=12,
+        infinite=True,
+        tuning=StreamTuning(camera_threads=threads, interleave=3),
+    )
+    it = iter(ds.dataloader(num_workers=0))
+    next(it)
+    next(it)  # the next block's reads now run in the background
+    assert running[0] > 0, "no read in flight: the test would not test the wait"
+    del it  # the stream's generator is closed here (its finally waits, then closes)
+    gc.collect()
+    assert events, "the abandoned iterator closed no reader"
+    assert events == [0] * len(events), f"readers closed with reads still running: {events}"
