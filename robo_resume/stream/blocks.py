@@ -357,12 +357,19 @@ def _assemble(
     if first is None:
         first = empty() if empty is not None else {}
     out = {k: np.empty((total, *v.shape[1:]), dtype=v.dtype) for k, v in first.items()}
-    at = 0
+    # Each column gathered from every part at once and written with one scatter: a wide
+    # interleave makes a block of about one frame from each of 32 parts, whose column-by-part
+    # copies (about 400 numpy calls a batch) took 2 ms a batch on the stream's thread.
+    raws, places, at = [], [], 0
     for blk in blocks:
         for raw, rows in blk.parts:
-            dest = slice(at, at + blk.frames) if rows is None else rows + at
-            for k, v in raw.items():
-                out[k][dest] = v
+            raws.append(raw)
+            places.append(np.arange(at, at + blk.frames) if rows is None else rows + at)
         at += blk.frames
+    if raws:
+        where = np.concatenate(places) if len(places) > 1 else places[0]
+        for k, col in out.items():
+            parts = [raw[k] for raw in raws]
+            col[where] = np.concatenate(parts) if len(parts) > 1 else parts[0]
     out[CURSOR_KEY] = np.concatenate([b.cursor for b in blocks])
     return out
