@@ -138,3 +138,73 @@ def test_an_abandoned_iterator_closes_its_readers_after_the_reads_in_flight(
     gc.collect()
     assert events, "the abandoned iterator closed no reader"
     assert events == [0] * len(events), f"readers closed with reads still running: {events}"
+
+
+def test_overlap_decides_per_window_from_the_consumers_share():
+    from robo_resume.stream.blocks import _Overlap
+
+    fixed = _Overlap(adaptive=False)
+    for _ in range(3 * _Overlap.WINDOW):
+        fixed.batch(0.0, 1.0)
+    assert fixed.on  # large frames (several decoding threads): always ahead
+    o = _Overlap(adaptive=True)
+    assert o.on  # until the first window is seen
+    for k in range(_Overlap.WINDOW):
+        assert o.on, k  # no decision inside a window
+        o.batch(0.01, 1.0)  # the consumer takes 1% of the time: a loop doing nothing
+    assert not o.on
+    for _ in range(_Overlap.WINDOW - 1):
+        o.batch(0.9, 1.0)
+    assert not o.on
+    o.batch(0.9, 1.0)  # a training step between batches
+    assert o.on
+    for _ in range(_Overlap.WINDOW):
+        o.batch(0.1, 1.0)
+    assert not o.on
+    for k in range(_Overlap.WINDOW):  # one long pause (a checkpoint) in a loop doing nothing
+        o.batch(30.0 if k == 3 else 0.001, 30.0 if k == 3 else 0.01)
+    assert not o.on
+
+
+@pytest.mark.parametrize("step", [0.0, 0.05])
+def test_one_thread_reads_ahead_only_while_the_consumer_works(factory, monkeypatch, step):
+    """Small frames (one decoding thread), num_workers=0: after the first window of batches,
+    blocks are read in the background when the loop spends time between batches (a training
+    step, here a 50 ms sleep) and on the calling thread when it does nothing else. Reads are
+    slowed to 5 ms so that the loop's own time is a small share either way."""
+    import time
+
+    from robo_resume.stream.group_read import GroupRead
+
+    root = factory(episode_lengths=(60, 70), num_cameras=1).root
+    plan, read, seen = GroupRead._plan, GroupRead._read, []
+
+    def recording_plan(self, i, background):
+        seen.append(background)
+        return plan(self, i, background)
+
+    def slow_read(self, job):
+        time.sleep(0.005)
+        return read(self, job)
+
+    monkeypatch.setattr(GroupRead, "_plan", recording_plan)
+    monkeypatch.setattr(GroupRead, "_read", slow_read)
+
+    def make():
+        return ChunkedEpisodeDataset(root, batch_size=4, chunk_frames=16, infinite=True)
+
+    ds = make()
+    it = iter(ds.dataloader(num_workers=0))
+    got = []
+    for _ in range(24):
+        got.append(next(it))
+        time.sleep(step)
+    assert ds.items.camera_threads == 1
+    later = seen[12:]  # planned after the first window's decision (8 batches, a block each)
+    assert later and all(b == (step > 0) for b in later), seen
+    ref = list(itertools.islice(make().dataloader(num_workers=1), 24))  # reads no block ahead
+    cursor = "robo_resume_cursor"  # (rank, role, num_workers, epoch, position): 0 vs 1 worker
+    _same(
+        [{k: v for k, v in b.items() if k != cursor} for b in got],
+        [{k: v for k, v in b.items() if k != cursor} for b in ref],
+    )

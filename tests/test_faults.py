@@ -437,6 +437,18 @@ def test_skip_broken_files_completes_and_reports(skip_root, caplog):
 
 
 @pytest.mark.timeout(90)
+def monkeypatch_flip() -> pytest.MonkeyPatch:
+    """``_Overlap`` switched on and off at every batch (reading ahead, then not, ...)."""
+    from robo_resume.stream.blocks import _Overlap
+
+    def flip(self, consumer_s, period_s):
+        self.on = not self.on
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(_Overlap, "batch", flip)
+    return mp
+
+
 def test_skip_is_the_same_with_decoding_threads(skip_root):
     """With num_workers=0 the chunks of a batch decode on several threads; a broken file is
     skipped at the same frames, with the same records, as when they decode one by one."""
@@ -450,6 +462,13 @@ def test_skip_is_the_same_with_decoding_threads(skip_root):
     (one, t1), (two, t2) = runs
     assert one == two
     assert t1.skipped == t2.skipped and t1.skip_at == t2.skip_at
+    # one thread, reading ahead and not by turns (what the adaptive overlap may do mid-group)
+    flip = monkeypatch_flip()
+    try:
+        three, t3 = _run(make, epochs=2, num_workers=0, tuning=StreamTuning(interleave=3))
+    finally:
+        flip.undo()
+    assert three == one and t3.skipped == t1.skipped and t3.skip_at == t1.skip_at
     assert {r["episode"] for r in t1.skipped} == set(BROKEN_EPISODES)
     # and as a worker does (which reads one block at a time, not the next one ahead)
     worker = _run(make, epochs=2, num_workers=1, tuning=StreamTuning(interleave=3))
@@ -463,6 +482,7 @@ def test_a_failed_read_is_not_followed_by_reads_of_its_chunk(partial_root, threa
     chunk whose read fails. Those are not read (the failed reader is closed, not read again),
     and the batches equal a worker's, which reads no block ahead."""
     from robo_resume import StreamTuning
+    from robo_resume.stream.blocks import _Overlap
     from robo_resume.stream.group_read import GroupRead
 
     groups: list[GroupRead] = []  # kept alive: an id is not reused by another group
@@ -485,6 +505,8 @@ def test_a_failed_read_is_not_followed_by_reads_of_its_chunk(partial_root, threa
             raise
 
     monkeypatch.setattr(GroupRead, "_read", read)
+    # always read ahead (one decoding thread otherwise stops when the loop does nothing else)
+    monkeypatch.setattr(_Overlap, "SHARE", 0.0)
     make = _skip_make(partial_root)
     tuning = StreamTuning(camera_threads=threads, interleave=2, block_frames=2)
     full, tracker = _run(make, epochs=1, num_workers=0, tuning=tuning)

@@ -191,8 +191,9 @@ from robo_resume import ChunkedEpisodeDataset
 plan = group_read.GroupRead._plan
 
 
-def planned(self, i):  # the blocks in flight now hold a function of this script, so the
-    out = list(plan(self, i))  # stream is collected at exit, after the modules were cleared
+def planned(self, i, background):  # the blocks in flight now hold a function of this
+    out = list(plan(self, i, background))  # script, so the stream is collected at exit, after
+    # the modules were cleared
     wait = out[-1]
 
     def waited():

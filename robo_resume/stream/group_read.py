@@ -98,8 +98,10 @@ class GroupRead:
     position are the uninterrupted run's).
 
     With ``target.depth`` 2 (the main process), the next block is planned and its reads queued
-    on the decoding threads before a block's reads are waited for, so the threads never run
-    dry between blocks and decode while the consumer uses the block; a segment's reads still
+    on the decoding threads before a block's reads are waited for (while ``target.overlap``
+    says so: with one decoding thread, only while the consumer works between batches), so the
+    threads never run dry between blocks and decode while the consumer uses the block (a
+    block planned otherwise reads on this thread); a segment's reads still
     run in order, one at a time (:class:`_Lanes`), and each block's
     outcome is handled in order when it is asked for. Abandoning the iterator waits for the
     reads in flight, then closes the readers.
@@ -132,7 +134,8 @@ class GroupRead:
         self.position = group.position + offset
         self.most = block_frames * k
         self.head = np.array(head, dtype=np.int64)
-        self.early = target.depth > 1
+        self.early = target.depth > 1  # may read a block early (target.overlap: now?)
+        self.overlap = target.overlap
         self.lanes = _Lanes(k) if self.early else None
 
     def __iter__(self) -> Iterator[_Block]:
@@ -141,8 +144,9 @@ class GroupRead:
         try:
             i = self.offset
             while True:
-                while i < len(order) and len(flight) < (2 if self.early else 1):
-                    flight.append(self._plan(i))
+                ahead = self.early and (self.overlap is None or self.overlap.on)
+                while i < len(order) and len(flight) < (2 if ahead else 1):
+                    flight.append(self._plan(i, ahead))
                     i += flight[-1][0]
                 if not flight:
                     break
@@ -176,8 +180,9 @@ class GroupRead:
     def _in_lane(self, job) -> dict[str, np.ndarray]:
         return self.lanes.run(job[0], job[4], lambda: self._read(job))
 
-    def _plan(self, i: int):
-        """The block from group position ``i``: its jobs, readers opened, reads started.
+    def _plan(self, i: int, background: bool):
+        """The block from group position ``i``: its jobs, readers opened, reads started
+        (``background``: on the decoding threads even with one, see ``submit_reads``).
 
         Returns ``(size, jobs, open failures, jobs started, wait)``; ``wait()`` gives the
         started jobs' ``(columns, None)`` or ``(None, exception)``."""
@@ -222,7 +227,7 @@ class GroupRead:
             self._in_lane if lanes is not None else self._read,
             todo,
             [len(job[2]) for job in todo],
-            background=self.early,
+            background=background,
         )
         return n, jobs, opened, todo, wait
 

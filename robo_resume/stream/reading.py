@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..stream.blocks import (
     _BatchTarget,
     _Block,
     _in_worker,
+    _Overlap,
     _plain_ring,
     _torch_threads,
 )
@@ -54,7 +56,7 @@ PLAIN_LOADER_NOTE = (
 THREADS_FROM_PIXELS = 128 * 128
 """Frame size (pixels, largest camera) from which a ``num_workers=0`` stream decodes the chunks
 of a batch on 2 threads (at least one per camera) by default; below it, on one thread (in the
-background either way: the stream reads one block ahead, see :class:`GroupRead`). From
+background while the consumer works between batches, see ``blocks._Overlap``). From
 this size swscale's conversion releases the GIL too (``format/swscale._RELEASE_GIL_FROM``).
 Measured on this 2-core machine, quiet, in one process (alternating 10-batch blocks, 30
 rounds, uint8, 0 workers), time per sample with one thread against the previous default of
@@ -223,8 +225,12 @@ class _Reading:
             else None,
         )
         # in the main process, the stream's next block decodes on the decoding threads while
-        # this batch is assembled and used (in a worker, the other workers keep the cores busy)
-        target.depth = 1 if shared else 2
+        # this batch is assembled and used (in a worker, the other workers keep the cores busy);
+        # with one decoding thread, only while the consumer spends time between batches
+        if not shared:
+            target.depth = 2
+            target.overlap = _Overlap(adaptive=self.items.camera_threads <= 1)
+        overlap, back = target.overlap, time.perf_counter()
         blocks = self._blocks(run, target)
         for block in blocks:
             if block.size:
@@ -251,7 +257,12 @@ class _Reading:
                     cams = renamed(target.plain.cameras, self.renames)  # as the batch names them
                     batch[RELEASE_KEY] = (*target.release, cams)
                 pending = []
+                handed = time.perf_counter()
                 yield rename(batch, self.renames)
+                if overlap is not None:
+                    now = time.perf_counter()
+                    overlap.batch(now - handed, now - back)
+                    back = now
 
     def _worker_ring(self, flags: torch.Tensor):
         """(the loader's flag table, this worker's row, this process's buffers for it)."""

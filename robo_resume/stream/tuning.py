@@ -87,7 +87,9 @@ class StreamTuning:
             than 128x128 pixels (a second thread loses more to GIL hand-offs than it gives),
             else one per camera and at least 2 (1 on a single core); 1 in DataLoader workers.
             In the main process they decode in the background, one block ahead of the batch
-            being used; in workers, on the worker's own thread.
+            being used (with one thread, only while the loop spends at least a fifth of its
+            time between batches, e.g. in a training step; else on the calling thread, which
+            is then faster); in workers, on the worker's own thread.
     """
 
     interleave: int = 4
