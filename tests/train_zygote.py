@@ -49,6 +49,7 @@ class Zygote:
     def __init__(self, hash_seed: int, env: dict[str, str], errfile: Path) -> None:
         self.hash_seed, self.env, self.errfile = hash_seed, env, errfile
         self.proc: subprocess.Popen[str] | None = None
+        self.running: int | None = None  # the pid of a run not waited for yet
 
     def _ensure(self) -> subprocess.Popen[str]:
         if self.proc is None:
@@ -76,7 +77,8 @@ class Zygote:
         proc.stdin.flush()
         kind, pid = self._line().split()
         assert kind == "pid", kind
-        return int(pid)
+        self.running = int(pid)
+        return self.running
 
     def wait(self, pid: int, timeout: float) -> int:
         """The run's exit status (negative: the signal that killed it). After ``timeout``
@@ -89,9 +91,14 @@ class Zygote:
         finally:
             timer.cancel()
         assert (kind, int(done)) == ("exit", pid), (kind, done)
+        self.running = None
         return int(status)
 
     def close(self) -> None:
+        """End the zygote, and first a run still going (a test that failed or timed out while
+        it ran: the run has its own session and would outlive the zygote)."""
+        if self.running is not None:
+            kill_group(self.running)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
             try:
