@@ -45,15 +45,16 @@ def run_main_here(path: Path, argv: list[str] | None) -> object:
     first on ``sys.path`` (as for ``python PATH``: the examples' ``tiny_policy``, the
     benchmarks' ``_common``). What a script sets for its own process is put back afterwards:
     ``sys.path``, ``os.environ`` (a benchmark sets ``PYTHONWARNINGS`` for its workers; the
-    tests' later subprocesses must not inherit it) and the levels of all loggers (the
-    ``robo_resume`` logger's; benchmarks/resume.py quiets torchdata's); pytest puts the warning
-    filters back itself. Returns what ``main`` returned.
+    tests' later subprocesses must not inherit it), the levels of all loggers (the
+    ``robo_resume`` logger's; benchmarks/resume.py quiets torchdata's) and ``logging.disable``
+    (benchmarks/diversity.py disables INFO); pytest puts the warning filters back itself.
+    Returns what ``main`` returned.
     """
     import importlib.util
     import logging
 
     path_, environ = list(sys.path), dict(os.environ)
-    levels = _logger_levels()
+    levels, disabled = _logger_levels(), logging.root.manager.disable
     try:
         sys.path.insert(0, str(path.parent))
         name = f"robo_resume_{path.parent.name}_{path.stem}"
@@ -69,6 +70,7 @@ def run_main_here(path: Path, argv: list[str] | None) -> object:
         for name, level in _logger_levels().items():
             if levels.get(name, logging.NOTSET) != level:
                 logging.getLogger(name).setLevel(levels.get(name, logging.NOTSET))
+        logging.disable(disabled)
 
 
 def _logger_levels() -> dict[str, int]:
