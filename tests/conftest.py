@@ -45,14 +45,16 @@ def run_main_here(path: Path, argv: list[str] | None) -> object:
     first on ``sys.path`` (as for ``python PATH``: the examples' ``tiny_policy``, the
     benchmarks' ``_common``). What a script sets for its own process is put back afterwards:
     ``sys.path``, ``os.environ`` (a benchmark sets ``PYTHONWARNINGS`` for its workers; the
-    tests' later subprocesses must not inherit it) and the level of the ``robo_resume`` logger;
-    pytest puts the warning filters back itself. Returns what ``main`` returned.
+    tests' later subprocesses must not inherit it), the levels of all loggers (the
+    ``robo_resume`` logger's; benchmarks/resume.py quiets torchdata's) and ``logging.disable``
+    (benchmarks/diversity.py disables INFO); pytest puts the warning filters back itself.
+    Returns what ``main`` returned.
     """
     import importlib.util
     import logging
 
     path_, environ = list(sys.path), dict(os.environ)
-    level = logging.getLogger("robo_resume").level
+    levels, disabled = _logger_levels(), logging.root.manager.disable
     try:
         sys.path.insert(0, str(path.parent))
         name = f"robo_resume_{path.parent.name}_{path.stem}"
@@ -65,7 +67,18 @@ def run_main_here(path: Path, argv: list[str] | None) -> object:
         for key in set(os.environ) - set(environ):
             del os.environ[key]
         os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
-        logging.getLogger("robo_resume").setLevel(level)
+        for name, level in _logger_levels().items():
+            if levels.get(name, logging.NOTSET) != level:
+                logging.getLogger(name).setLevel(levels.get(name, logging.NOTSET))
+        logging.disable(disabled)
+
+
+def _logger_levels() -> dict[str, int]:
+    """The level of every logger created so far, by name."""
+    import logging
+
+    loggers = logging.root.manager.loggerDict.items()
+    return {name: lg.level for name, lg in loggers if isinstance(lg, logging.Logger)}
 
 
 def run_example(script: str, *args: object, capsys: pytest.CaptureFixture[str]) -> str:

@@ -4,7 +4,9 @@ Timings are never asserted (the machine may be busy); only that robo_resume, ler
 ceiling were all measured, every ratio is there and positive, and the target lines are printed;
 and, with two repeats, that each ceiling ratio is the median of the repeats' own ratios and that
 the repeats timed different parts of the epoch. The full run (all four datasets, 0 and 2
-workers) is in the README's Performance section.
+workers) is in the README's Performance section. The script's ``main`` runs in this process
+(``run_benchmark_here``): with 0 workers it starts no process, and the test saves starting
+Python and importing torch and lerobot once more.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import run_benchmark
+from conftest import run_benchmark_here
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
@@ -22,10 +24,10 @@ OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 
 @pytest.mark.slow(29)
 @pytest.mark.timeout(300)
-def test_throughput_benchmark_quick(tmp_path: Path) -> None:
+def test_throughput_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
     out_json = tmp_path / "throughput.json"
-    proc = run_benchmark(
+    code, stdout = run_benchmark_here(
         "throughput.py",
         "--quick",
         "--datasets",
@@ -36,10 +38,10 @@ def test_throughput_benchmark_quick(tmp_path: Path) -> None:
         "2",
         "--json",
         str(out_json),
-        timeout=280,
+        capsys=capsys,
     )
-    assert proc.returncode == 0, f"throughput.py failed:\n{proc.stdout}\n{proc.stderr}"
-    assert proc.stdout.startswith("machine: "), proc.stdout[:200]
+    assert code == 0, f"throughput.py failed:\n{stdout}"
+    assert stdout.startswith("machine: "), stdout[:200]
     data = json.loads(out_json.read_text())
     rows = data["rows"]
     assert [(r["dataset"], r["num_workers"], r["delta_timestamps"]) for r in rows] == [
@@ -62,9 +64,9 @@ def test_throughput_benchmark_quick(tmp_path: Path) -> None:
     targets = data["targets"]
     assert {t["target"] for t in targets} == {">= 4.0x lerobot (f32)", ">= 0.9x ceiling (u8)"}
     assert len(targets) == 4
-    assert "f32/lerobot" in proc.stdout and "u8/ceiling" in proc.stdout
-    assert "plain/robo u8" in proc.stdout and "plain/robo f32" in proc.stdout
-    assert all(("PASS" in line) != ("MISS" in line) for line in proc.stdout.splitlines()[-6:-2])
+    assert "f32/lerobot" in stdout and "u8/ceiling" in stdout
+    assert "plain/robo u8" in stdout and "plain/robo f32" in stdout
+    assert all(("PASS" in line) != ("MISS" in line) for line in stdout.splitlines()[-6:-2])
 
 
 def _check_repeats(row: dict, repeats: int, window: int) -> None:

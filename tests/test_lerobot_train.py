@@ -1,15 +1,25 @@
 """``robo-resume train``: lerobot 0.6's training pipeline with robo_resume's data path.
 
-Every test runs the real command in a subprocess on CPU with a small ACT policy (lerobot's own
-factories, optimizer and checkpoint code) on factory datasets. The strongest check is the
-model itself: a run SIGKILLed after a checkpoint and resumed with ``--resume=true`` must end
-with the same ``model.safetensors``, byte for byte, as the uninterrupted run. The data side is
+Every test runs the real command in a process of its own on CPU with a small ACT policy
+(lerobot's own factories, optimizer and checkpoint code) on factory datasets. The strongest
+check is the model itself: a run SIGKILLed after a checkpoint and resumed with
+``--resume=true`` must end with the same ``model.safetensors``, byte for byte, as the
+uninterrupted run. The data side is
 read from ``ROBO_RESUME_TRAIN_INDEX_LOG`` (one JSON line per step and rank with the ``index``
 values trained on).
+
+Most runs are forked from a pre-imported parent (tests/train_zygote.py: a run then costs a fork,
+not the 8 s import of torch and lerobot). There are two such parents, with different
+``PYTHONHASHSEED`` values, and the runs a test compares (an uninterrupted run and the run that
+continues from its checkpoint) never come from the same one. The resumed run of
+test_kill_resume_bit_identical is a real ``robo-resume train`` subprocess and the two ranks of
+the accelerate test are real processes under torchrun, so a fresh process resuming exactly is
+still proven.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -17,10 +27,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from train_zygote import Zygote, kill_group
 
 from robo_resume.testing import make_dataset
 
@@ -56,6 +68,19 @@ def data(tmp_path_factory):
     return base, a.root, b.root, c.root
 
 
+@pytest.fixture(scope="module")
+def zygotes(tmp_path_factory):
+    """Two zygotes (tests/train_zygote.py), hash seeds 1 and 2, started on first use and ended
+    with the module."""
+    base = tmp_path_factory.mktemp("zygotes")
+    pair = tuple(Zygote(seed, env_for(None), base / f"zygote{seed}.err") for seed in (1, 2))
+    try:
+        yield pair
+    finally:
+        for z in pair:
+            z.close()
+
+
 def env_for(log: Path | None) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.pop("ROBO_RESUME_TRAIN_INDEX_LOG", None)
@@ -64,45 +89,76 @@ def env_for(log: Path | None) -> dict[str, str]:
     return env
 
 
-def train(args: list[str], log: Path | None = None, *, ok: bool = True, timeout: float = 240):
-    """Run ``robo-resume train ARGS`` to the end; returns (exit code, output)."""
-    p = subprocess.run(
-        [str(BIN / "robo-resume"), "train", *args],
-        capture_output=True,
-        text=True,
-        env=env_for(log),
-        timeout=timeout,
-    )
-    out = p.stdout + p.stderr
+def train(
+    args: list[str],
+    log: Path | None = None,
+    *,
+    ok: bool = True,
+    timeout: float = 240,
+    zygote: Zygote | None = None,
+    command: str = "robo-resume",
+):
+    """Run ``COMMAND ARGS`` (``robo-resume train ARGS`` by default) to the end, forked from
+    ``zygote`` or else in a subprocess; returns (exit code, output)."""
+    argv = ["train", *args] if command == "robo-resume" else list(args)
+    if zygote is None:
+        p = subprocess.run(
+            [str(BIN / command), *argv],
+            capture_output=True,
+            text=True,
+            env=env_for(log),
+            timeout=timeout,
+        )
+        code, out = p.returncode, p.stdout + p.stderr
+    else:
+        out_file = _out_file(zygote)
+        code = zygote.wait(zygote.start(command, argv, env_for(log), out_file), timeout)
+        out = out_file.read_text()
     if ok:
-        assert p.returncode == 0, out[-4000:]
-    return p.returncode, out
+        assert code == 0, out[-4000:]
+    return code, out
 
 
-def train_until_killed(args: list[str], kill_at: int, log: Path) -> str:
-    """Run ``robo-resume train`` and SIGKILL it once it logs step ``kill_at``."""
-    p = subprocess.Popen(
-        [str(BIN / "robo-resume"), "train", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env_for(log),
-        start_new_session=True,
-    )
-    seen = []
+def _out_file(zygote: Zygote) -> Path:
+    """A new (empty) file for one forked run's output, next to the zygote's own."""
+    path = zygote.errfile.with_name(f"run{next(_RUNS)}.out")
+    path.touch()  # before the fork: the test may open it before the run does
+    return path
+
+
+_RUNS = itertools.count()
+
+
+def train_until_killed(args: list[str], kill_at: int, log: Path, zygote: Zygote) -> str:
+    """Fork ``robo-resume train`` from ``zygote`` and SIGKILL its process group (the run and
+    its DataLoader workers) once it logs step ``kill_at``."""
+    out_file = _out_file(zygote)
+    pid = zygote.start("robo-resume", ["train", *args], env_for(log), out_file)
+    deadline = time.monotonic() + 240
+    text = ""
     try:
-        for line in p.stdout:
-            seen.append(line)
-            if f" step:{kill_at} " in line:
-                os.killpg(p.pid, signal.SIGKILL)
-                break
-        p.wait(timeout=60)
+        with open(out_file) as f:
+            while f" step:{kill_at} " not in text and time.monotonic() < deadline:
+                chunk = f.read()
+                if not chunk and not _alive(pid):
+                    break
+                text += chunk
+                time.sleep(0.01)
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    out = "".join(seen)
-    assert p.returncode == -signal.SIGKILL, out[-3000:]
-    return out
+        kill_group(pid)  # at step kill_at, or if it ended or hung before
+    code = zygote.wait(pid, 60)
+    text = out_file.read_text()
+    assert code == -signal.SIGKILL, text[-3000:]
+    return text
+
+
+def _alive(pid: int) -> bool:
+    """Whether the zygote's child ``pid`` has not ended yet (a zombie until the zygote reaps
+    it counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def steps_of(log: Path, rank: int = 0) -> list[tuple[int, list[int]]]:
@@ -121,7 +177,7 @@ def resume_args(out: Path) -> list[str]:
     return ["--resume=true", f"--config_path={cfg}"]
 
 
-def data_state_of_another_dataset_is_refused(data, ref: Path) -> None:
+def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) -> None:
     """A copy of ``ref`` (an uninterrupted run on dataset a) resumed on dataset c: refused."""
     base, _, _, other = data
     out = base / "other"
@@ -132,14 +188,15 @@ def data_state_of_another_dataset_is_refused(data, ref: Path) -> None:
          "--save_freq=4", f"--dataset.root={other}", "--steps=12", f"--output_dir={out}",
          "--dataset.eval_split=0.0", "--eval_steps=0", *resume_args(out)],
         ok=False,
+        zygote=zygote,
     )  # fmt: skip
     assert code == 2, text[-3000:]
     assert "holds the data state of another run's data" in text
     assert "Traceback" not in text
 
 
-@pytest.mark.slow(62)
-def test_kill_resume_bit_identical(data):
+@pytest.mark.slow(45)
+def test_kill_resume_bit_identical(data, zygotes):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit.
 
     The runs hold out episodes (lerobot's --dataset.eval_split, evaluated every 4 steps): tasks
@@ -168,15 +225,19 @@ def test_kill_resume_bit_identical(data):
         "--dataloader_multiprocessing_context=fork",
         "--dataloader_multiprocessing_context=spawn",
     )
+    # The reference is forked from one zygote, the killed run from the other (another hash
+    # seed), the resumed run is a fresh robo-resume process (a third).
     ref, run = base / "ref", base / "run"
-    _, ref_out = train([*common, fork, f"--output_dir={ref}"], base / "ref.idx")
+    _, ref_out = train([*common, fork, f"--output_dir={ref}"], base / "ref.idx", zygote=zygotes[0])
     assert "Checkpoint policy after step 8" in ref_out
     # the held-out episodes: evaluated at steps 4 and 8, never trained on
     assert "Train/eval split: 2 train, 2 eval" in ref_out
     assert ref_out.count("eval_loss=") == 2
     assert all(max(idx) < 65 for _, idx in steps_of(base / "ref.idx"))
     kill_at = random.Random(os.environ.get("PYTEST_XDIST_WORKER", "0")).randint(5, 7)
-    train_until_killed([*common, fork, f"--output_dir={run}"], kill_at, base / "run.idx")
+    train_until_killed(
+        [*common, fork, f"--output_dir={run}"], kill_at, base / "run.idx", zygotes[1]
+    )
     assert os.readlink(ckpt(run, "last")) == "000004"
     assert not list((run / "checkpoints").glob(".*")), "a partial checkpoint was left visible"
     _, out = train([*common, spawn, f"--output_dir={run}", *resume_args(run)], base / "run.idx")
@@ -201,7 +262,7 @@ def test_kill_resume_bit_identical(data):
     cfg = TrainPipelineConfig.from_pretrained(ckpt(run, "last") / "pretrained_model")
     assert cfg.batch_size == 4 and cfg.steps == 8
     assert cfg.dataloader_multiprocessing_context == "spawn"
-    data_state_of_another_dataset_is_refused(data, ref)
+    data_state_of_another_dataset_is_refused(data, ref, zygotes[0])
 
 
 def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
@@ -213,8 +274,8 @@ def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
     )
 
 
-@pytest.mark.slow(46)
-def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_size(data):
+@pytest.mark.slow(38)
+def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_size(data, zygotes):
     """2 CPU processes under accelerate (loader not prepared, 2 workers each, batch 4), then
     resumed elastically with 1 process, 1 worker and batch 8: the epoch's frames exactly once."""
     base, root, _, _ = data
@@ -249,15 +310,16 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
     # one process, one worker, batch 8 finishes the interrupted epoch: 128 - 40 = 88 frames in
     # 11 batches of 8
     _, text = train([*common, "--batch_size=8", "--num_workers=1", "--steps=16",
-                     "--save_freq=100", f"--output_dir={out}", *resume_args(out)], log)  # fmt: skip
+                     "--save_freq=100", f"--output_dir={out}", *resume_args(out)], log,
+                    zygote=zygotes[1])  # fmt: skip
     assert "Resuming from" in text
     rest = [idx for s, idx in steps_of(log, 0) if s > 5]
     assert [len(idx) for idx in rest[:11]] == [8] * 11
     epoch_frames_exactly_once([idx for _, idx in r0] + [idx for _, idx in r1] + rest, 128)
 
 
-@pytest.mark.slow(34)
-def test_mix_of_two_datasets_resumes_per_source(data):
+@pytest.mark.slow(15)
+def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume.
 
     The resumed run starts from a copy of the uninterrupted run's step-4 checkpoint (the same
@@ -268,7 +330,7 @@ def test_mix_of_two_datasets_resumes_per_source(data):
               "--mix.weights=1,3", "--batch_size=4", "--num_workers=0", "--seed=4",
               "--save_freq=4"]  # fmt: skip
     ref, run = base / "mixref", base / "mixrun"
-    train([*common, "--steps=8", f"--output_dir={ref}"], base / "mixref.idx")
+    train([*common, "--steps=8", f"--output_dir={ref}"], base / "mixref.idx", zygote=zygotes[0])
     shutil.copytree(ref, run, symlinks=True)
     shutil.rmtree(ckpt(run, 8))
     ckpt(run, "last").unlink()
@@ -276,7 +338,7 @@ def test_mix_of_two_datasets_resumes_per_source(data):
     # resumed without the --mix flags: the checkpoint remembers the sources
     resumed = [a for a in common if not a.startswith("--mix.")]
     _, text = train([*resumed, "--steps=8", f"--output_dir={run}", *resume_args(run)],
-                    base / "mixrun.idx")  # fmt: skip
+                    base / "mixrun.idx", zygote=zygotes[1])  # fmt: skip
     assert "mix of 2 datasets" in text and "Resuming from" in text
     ref_steps = steps_of(base / "mixref.idx")
     assert [s for s, _ in ref_steps] == list(range(1, 9))
@@ -285,37 +347,25 @@ def test_mix_of_two_datasets_resumes_per_source(data):
     assert (ckpt(run, 8) / final).read_bytes() == (ckpt(ref, 8) / final).read_bytes()
 
 
-@pytest.mark.slow(65)
-def test_plain_lerobot_checkpoint_resumes_with_warning(data):
+@pytest.mark.slow(27)
+def test_plain_lerobot_checkpoint_resumes_with_warning(data, zygotes):
     """A checkpoint written by lerobot-train itself (no data state) resumes, with a warning."""
     base, root, _, _ = data
     out = base / "plain"
     common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}",
               "--batch_size=4", "--num_workers=0", "--seed=1", "--save_freq=2",
               "--dataset.video_backend=pyav"]  # fmt: skip
-    p = subprocess.run(
-        [str(BIN / "lerobot-train"), *common, "--steps=2", f"--output_dir={out}"],
-        capture_output=True,
-        text=True,
-        env=env_for(None),
-        timeout=240,
-    )
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    train([*common, "--steps=2", f"--output_dir={out}"], zygote=zygotes[0],
+          command="lerobot-train")  # fmt: skip
     assert not (ckpt(out, 2) / "training_state" / "robo_resume").exists()
-    _, text = train([*common, "--steps=3", f"--output_dir={out}", *resume_args(out)])
+    _, text = train([*common, "--steps=3", f"--output_dir={out}", *resume_args(out)],
+                    zygote=zygotes[1])  # fmt: skip
     assert "has no robo_resume data state" in text
     assert "resume exactly, but the data starts a new robo_resume epoch 0" in text
     assert (ckpt(out, 3) / "training_state" / "robo_resume" / "data_state.json").is_file()
     # and lerobot-train resumes from a checkpoint robo-resume train wrote
-    p = subprocess.run(
-        [str(BIN / "lerobot-train"), *common, "--steps=4", f"--output_dir={out}",
-         *resume_args(out)],
-        capture_output=True,
-        text=True,
-        env=env_for(None),
-        timeout=240,
-    )  # fmt: skip
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    train([*common, "--steps=4", f"--output_dir={out}", *resume_args(out)], zygote=zygotes[0],
+          command="lerobot-train")  # fmt: skip
     assert (ckpt(out, 4) / "pretrained_model" / "model.safetensors").is_file()
 
 
