@@ -45,7 +45,7 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return code, capsys.readouterr().out
 
 
-@pytest.mark.slow(22)
+@pytest.mark.slow(24)
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc")
 def test_memory_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "memory.json"

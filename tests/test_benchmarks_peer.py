@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 
 
-@pytest.mark.slow(26)
+@pytest.mark.slow(35)
 @pytest.mark.timeout(600)
 def test_peer_benchmark_quick(tmp_path: Path) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"

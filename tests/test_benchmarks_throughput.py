@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 
 
-@pytest.mark.slow(29)
+@pytest.mark.slow(20)
 @pytest.mark.timeout(300)
 def test_throughput_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"

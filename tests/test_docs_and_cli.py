@@ -35,7 +35,7 @@ def test_readme_python_examples_run(block, tmp_path, monkeypatch, capsys):
     assert "resumed with" in out or out == ""
 
 
-@pytest.mark.slow(17)
+@pytest.mark.slow(21)
 def test_cli_demo_sigkill_and_resume(tmp_path, capsys):
     code = main(
         [

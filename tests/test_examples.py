@@ -39,7 +39,7 @@ def steps(path):
     return out
 
 
-@pytest.mark.slow(12)
+@pytest.mark.slow(17)
 def test_train_policy_crash_and_resume(tmp_path):
     """Crash after step 7 (last checkpoint: step 5), resume: the uninterrupted order exactly.
 
@@ -88,7 +88,7 @@ def test_lerobot_policy_example(capsys):
 # runs in tests/test_multinode.py as two torchrun node groups.
 
 
-@pytest.mark.slow(15)
+@pytest.mark.slow(19)
 @pytest.mark.timeout(600)
 def test_accelerate_example_and_the_pitfall(tmp_path):
     """The README's two commands, one torchrun start: in each rank, the example's main runs

@@ -56,7 +56,7 @@ def _read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.slow(13)
+@pytest.mark.slow(16)
 @pytest.mark.timeout(90)
 def test_sigkill_training_20_times_exactly_once(kill_root, tmp_path):
     work = tmp_path / "train"

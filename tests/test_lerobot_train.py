@@ -195,7 +195,7 @@ def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) ->
     assert "Traceback" not in text
 
 
-@pytest.mark.slow(45)
+@pytest.mark.slow(67)
 def test_kill_resume_bit_identical(data, zygotes):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit.
 
@@ -274,7 +274,7 @@ def epoch_frames_exactly_once(entries: list[list[int]], frames: int) -> None:
     )
 
 
-@pytest.mark.slow(38)
+@pytest.mark.slow(40)
 def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_size(data, zygotes):
     """2 CPU processes under accelerate (loader not prepared, 2 workers each, batch 4), then
     resumed elastically with 1 process, 1 worker and batch 8: the epoch's frames exactly once."""
@@ -318,7 +318,7 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
     epoch_frames_exactly_once([idx for _, idx in r0] + [idx for _, idx in r1] + rest, 128)
 
 
-@pytest.mark.slow(15)
+@pytest.mark.slow(17)
 def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume.
 
@@ -347,7 +347,7 @@ def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     assert (ckpt(run, 8) / final).read_bytes() == (ckpt(ref, 8) / final).read_bytes()
 
 
-@pytest.mark.slow(27)
+@pytest.mark.slow(20)
 def test_plain_lerobot_checkpoint_resumes_with_warning(data, zygotes):
     """A checkpoint written by lerobot-train itself (no data state) resumes, with a warning."""
     base, root, _, _ = data

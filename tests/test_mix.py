@@ -294,7 +294,7 @@ def _steps(path):
     return out
 
 
-@pytest.mark.slow(15)
+@pytest.mark.slow(17)
 def test_mix_train_val_example_crash_and_resume(tmp_path, capsys):
     """The uninterrupted run in this process (the example's main), the crashed and the resumed
     run as ``python examples/mix_train_val.py``: the resume starts from the files alone."""

@@ -117,7 +117,7 @@ def _uninterrupted(root: Path, world: int) -> list[dict[int, list[int]]]:
     return out
 
 
-@pytest.mark.slow(45)
+@pytest.mark.slow(54)
 @pytest.mark.timeout(900)
 def test_two_nodes_crash_and_resume_exactly_on_every_rank(tmp_path):
     copy = tmp_path / "node1" / "dataset"  # node 1's local copy of the example's dataset

@@ -74,7 +74,7 @@ def _equal_rank_batches(lengths, world_size, workers):
     return int(per_rank[0])
 
 
-@pytest.mark.slow(27)
+@pytest.mark.slow(20)
 def test_three_elastic_hops_at_cluster_scale_consume_every_frame_once():
     rnd = np.random.default_rng(2026)
     chunks, total = _plan()

@@ -90,7 +90,7 @@ print("starts", starts, "frames", checked)
 """
 
 
-@pytest.mark.slow(17)
+@pytest.mark.slow(24)
 def test_fork_after_decode_120_loader_starts(threaded_root, tmp_path):
     """120 loaders forked from a process that decoded (frame threads mid-file) and read parquet.
 
