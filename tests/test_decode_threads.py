@@ -141,7 +141,7 @@ def test_an_abandoned_iterator_closes_its_readers_after_the_reads_in_flight(
 
 
 def test_overlap_decides_per_window_from_the_consumers_share():
-    from robo_resume.stream.blocks import _Overlap
+    from robo_resume.stream.group_read import _Overlap
 
     fixed = _Overlap(adaptive=False)
     for _ in range(3 * _Overlap.WINDOW):

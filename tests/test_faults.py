@@ -439,7 +439,7 @@ def test_skip_broken_files_completes_and_reports(skip_root, caplog):
 @pytest.mark.timeout(90)
 def monkeypatch_flip() -> pytest.MonkeyPatch:
     """``_Overlap`` switched on and off at every batch (reading ahead, then not, ...)."""
-    from robo_resume.stream.blocks import _Overlap
+    from robo_resume.stream.group_read import _Overlap
 
     def flip(self, consumer_s, period_s):
         self.on = not self.on
@@ -482,8 +482,7 @@ def test_a_failed_read_is_not_followed_by_reads_of_its_chunk(partial_root, threa
     chunk whose read fails. Those are not read (the failed reader is closed, not read again),
     and the batches equal a worker's, which reads no block ahead."""
     from robo_resume import StreamTuning
-    from robo_resume.stream.blocks import _Overlap
-    from robo_resume.stream.group_read import GroupRead
+    from robo_resume.stream.group_read import GroupRead, _Overlap
 
     groups: list[GroupRead] = []  # kept alive: an id is not reused by another group
     failed: set[tuple[int, int]] = set()  # (group, segment) whose read failed

@@ -32,11 +32,10 @@ from ..stream.blocks import (
     _BatchTarget,
     _Block,
     _in_worker,
-    _Overlap,
     _plain_ring,
     _torch_threads,
 )
-from ..stream.group_read import GroupRead
+from ..stream.group_read import GroupRead, _Overlap
 from ..stream.lifetime import bind_to_trainer
 from ..stream.read_ahead import frames_ahead, held_bytes
 from ..stream.tuning import SKIP_ERRORS
@@ -56,7 +55,7 @@ PLAIN_LOADER_NOTE = (
 THREADS_FROM_PIXELS = 128 * 128
 """Frame size (pixels, largest camera) from which a ``num_workers=0`` stream decodes the chunks
 of a batch on 2 threads (at least one per camera) by default; below it, on one thread (in the
-background while the consumer works between batches, see ``blocks._Overlap``). From
+background while the consumer works between batches, see ``group_read._Overlap``). From
 this size swscale's conversion releases the GIL too (``format/swscale._RELEASE_GIL_FROM``).
 Measured on this 2-core machine, quiet, in one process (alternating 10-batch blocks, 30
 rounds, uint8, 0 workers), time per sample with one thread against the previous default of
