@@ -53,7 +53,9 @@ Each with ``num_workers`` 0 and 2, without and with ``delta_timestamps`` (an act
 Run: ``python benchmarks/throughput.py [--json out/throughput.json] [--datasets a,b,c,d]``;
 ``--quick`` runs a small version (used by the tests; lerobot, which decodes frame by frame,
 is measured in the first repeat of each cell only). Factory datasets are written once to
-``--data-dir`` (default ``out/bench_data``) and reused.
+``--data-dir`` (default ``out/bench_data``) and reused. ``--tuning JSON`` builds every
+robo_resume loader with ``StreamTuning(**JSON)`` (e.g. a diverse setting against the ceiling,
+issue 15 item 4); ``--u8-only`` measures robo_resume uint8, the ceiling and lerobot only.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import argparse
 import contextlib
 import functools
 import itertools
+import json
 import logging
 import os
 import statistics
@@ -152,16 +155,18 @@ def run_robo(
     plain: bool = False,
     start: int = 0,
     first: list[int] | None = None,
+    tuning: dict | None = None,
 ):
     """robo_resume's frames/s; ``one_camera``: every camera but the first left out with
     ``features=`` (never opened or decoded), as for a policy that uses one camera; ``plain``:
     through ``torch.utils.data.DataLoader(ds, batch_size=32, num_workers=workers)`` instead of
     ``ds.dataloader()``. The loader starts at batch ``start`` of epoch 0 (the dataset's own
     resume, ``resume_step=start * 32``: nothing before it is read) and the ``warmup`` batches
-    are discarded from there. ``first``: as in :func:`_drain`."""
+    are discarded from there. ``first``: as in :func:`_drain`. ``tuning``: ``StreamTuning``
+    keyword arguments (``--tuning``; None: the defaults)."""
     import torch
 
-    from robo_resume import ChunkedEpisodeDataset
+    from robo_resume import ChunkedEpisodeDataset, StreamTuning
 
     dropped = case.meta.camera_keys[1:] if one_camera else ()
     window = {k: v for k, v in case.delta.items() if k not in dropped}
@@ -174,6 +179,7 @@ def run_robo(
         image_dtype=dtype,
         infinite=True,
         resume_step=start * BATCH,
+        tuning=StreamTuning(**tuning) if tuning else None,
     )
     if plain:
         loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=workers)
@@ -267,9 +273,9 @@ def window_starts(epoch_batches: int, need: int, repeats: int) -> list[int]:
     return [round(r * room / (repeats - 1)) for r in range(repeats)]
 
 
-def epoch_batches(case: Case, workers: int, delta: bool) -> int:
+def epoch_batches(case: Case, workers: int, delta: bool, tuning: dict | None = None) -> int:
     """Batches in one epoch of the cell's loader (``ds.batches_per_epoch(workers)``)."""
-    from robo_resume import ChunkedEpisodeDataset
+    from robo_resume import ChunkedEpisodeDataset, StreamTuning
 
     ds = ChunkedEpisodeDataset(
         case.root,
@@ -277,6 +283,7 @@ def epoch_batches(case: Case, workers: int, delta: bool) -> int:
         episodes=case.episodes,
         delta_timestamps=case.delta if delta else None,
         infinite=True,
+        tuning=StreamTuning(**tuning) if tuning else None,
     )
     return ds.batches_per_epoch(workers)
 
@@ -307,7 +314,7 @@ def measure(case: Case, args) -> list[dict]:
         samples: dict[str, list[float]] = {"robo_u8": [], "robo_f32": [], "lerobot": []}
         samples["ceiling"], samples["robo_u8_1cam"] = [], []
         samples["plain_u8"], samples["plain_f32"] = [], []
-        n_batches = epoch_batches(case, workers, delta)
+        n_batches = epoch_batches(case, workers, delta, args.tuning)
         starts = window_starts(n_batches, args.warmup + args.batches, args.repeats)
         first_episodes: list[int] = []
         first_index: dict[str, list[int]] = {"robo_u8": [], "robo_f32": []}
@@ -326,15 +333,18 @@ def measure(case: Case, args) -> list[dict]:
                 warmup=args.warmup,
                 batches=args.batches,
                 start=start,
+                tuning=args.tuning,
             )
-            samples["plain_u8"].append(robo("uint8", plain=True))
+            if not args.u8_only:
+                samples["plain_u8"].append(robo("uint8", plain=True))
             samples["robo_u8"].append(robo("uint8", first=first_index["robo_u8"]))
             samples["ceiling"].append(
                 run_ceiling(case, max(frames, args.ceiling_frames), episodes=order)
             )
-            samples["robo_f32"].append(robo("float32", first=first_index["robo_f32"]))
-            samples["plain_f32"].append(robo("float32", plain=True))
-            if several:
+            if not args.u8_only:
+                samples["robo_f32"].append(robo("float32", first=first_index["robo_f32"]))
+                samples["plain_f32"].append(robo("float32", plain=True))
+            if several and not args.u8_only:
                 samples["robo_u8_1cam"].append(robo("uint8", one_camera=True))
             if not args.no_lerobot and (r == 0 or not args.quick):  # quick: once per cell
                 samples["lerobot"].append(
@@ -345,9 +355,10 @@ def measure(case: Case, args) -> list[dict]:
             f"{time.perf_counter() - t_cell:.1f} s"
         )
         med = {k: statistics.median(v) if v else None for k, v in samples.items()}
-        ratios = {
+        ratios = {  # (--u8-only measures no float32 or plain loader: those ratios are absent)
             name: [a / b for a, b in zip(samples[num], samples[den], strict=True)]
             for name, (num, den) in PAIRED.items()
+            if samples[num]
         }
         row = {
             "dataset": case.name,
@@ -362,13 +373,16 @@ def measure(case: Case, args) -> list[dict]:
             "ratios": ratios,  # per repeat, PAIRED
             "ratio_ranges": {k: [min(v), max(v)] for k, v in ratios.items()},
             # ratios of the medians (measured apart within a repeat)
-            "robo_f32_over_lerobot": med["robo_f32"] / med["lerobot"] if med["lerobot"] else None,
+            "robo_f32_over_lerobot": med["robo_f32"] / med["lerobot"]
+            if med["lerobot"] and med["robo_f32"]
+            else None,
             "robo_u8_over_lerobot": med["robo_u8"] / med["lerobot"] if med["lerobot"] else None,
             "one_camera_over_all": med["robo_u8_1cam"] / med["robo_u8"]
             if med["robo_u8_1cam"]
             else None,
         }
-        row.update({k: statistics.median(v) for k, v in ratios.items()})
+        row.update({k: statistics.median(ratios[k]) if k in ratios else None for k in PAIRED})
+        row["tuning"] = args.tuning or {}
         rows.append(row)
     return rows
 
@@ -378,7 +392,10 @@ def _fmt(x: float | None, spec: str = ".0f") -> str:
 
 
 def _fmt_paired(row: dict, name: str) -> str:
-    """A :data:`PAIRED` ratio: median of the repeats' ratios, then their range."""
+    """A :data:`PAIRED` ratio: median of the repeats' ratios, then their range ("-": not
+    measured)."""
+    if row[name] is None:
+        return "-"
     low, high = row["ratio_ranges"][name]
     if len(row["ratios"][name]) == 1:
         return f"{row[name]:.2f}"
@@ -433,6 +450,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-lerobot", action="store_true", help="skip the lerobot measurements")
     p.add_argument(
         "--quick", action="store_true", help="tiny datasets, one repeat unless --repeats (tests)"
+    )
+    p.add_argument(
+        "--tuning",
+        type=json.loads,
+        help="StreamTuning keyword arguments for every robo_resume loader, as JSON (default: the "
+        "defaults), e.g. a diverse setting against the ceiling",
+    )
+    p.add_argument(
+        "--u8-only",
+        action="store_true",
+        help="measure robo_resume uint8, the ceiling and lerobot only (no float32, plain, 1 cam)",
     )
     p.add_argument("--json", type=Path, help="write all numbers here")
     args = p.parse_args(argv)
@@ -491,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"frames/s delivered to the loop, batch {BATCH}, median of {args.repeats} repeats; "
         "u8/ceiling, f32/ceiling and plain/robo: median of the repeats' own ratios (min-max)"
+        + (f"; robo_resume with StreamTuning(**{args.tuning})" if args.tuning else "")
     )
     print_table(
         [

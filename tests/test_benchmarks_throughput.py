@@ -99,3 +99,69 @@ def _check_repeats(row: dict, repeats: int, window: int) -> None:
     assert len(set(first["robo_u8"])) == repeats, first
     eps = row["ceiling_first_episode"]
     assert len(eps) == repeats and len(set(eps)) == repeats, eps
+
+
+@pytest.mark.slow(8)
+@pytest.mark.timeout(300)
+def test_throughput_u8_only_with_a_tuning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--tuning`` reaches every robo_resume loader: the first frame each timed window got is
+    the one a dataset built with that tuning yields there (and not the default's); ``--u8-only``
+    measures robo_resume uint8 and the ceiling only, and the ratios it has no loader for are
+    absent ("-"), not zero."""
+    import sys
+
+    from robo_resume import ChunkedEpisodeDataset, StreamTuning
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from throughput import OPEN50_WITH_VIDEO
+
+    tuning = {"interleave": 8, "interleave_order": "spread"}
+    out_json = tmp_path / "throughput.json"
+    code, stdout = run_benchmark_here(
+        "throughput.py",
+        "--quick",
+        "--datasets",
+        "d",
+        "--workers",
+        "0",
+        "--no-lerobot",
+        "--u8-only",
+        "--tuning",
+        json.dumps(tuning),
+        "--json",
+        str(out_json),
+        capsys=capsys,
+    )
+    assert code == 0, f"throughput.py failed:\n{stdout}"
+    assert f"robo_resume with StreamTuning(**{tuning})" in stdout, stdout
+    rows = json.loads(out_json.read_text())["rows"]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["tuning"] == tuning
+        assert row["fps"]["robo_u8"] > 0 and row["fps"]["ceiling"] > 0, row
+        assert row["robo_u8_over_ceiling"] > 0, row
+        for key in ("robo_f32", "plain_u8", "plain_f32", "robo_u8_1cam"):
+            assert row["samples"][key] == [] and row["fps"][key] is None, (key, row)
+        for key in ("robo_f32_over_ceiling", "plain_u8_over_robo", "plain_f32_over_robo"):
+            assert row[key] is None, (key, row)
+    table = [line for line in stdout.splitlines() if line.startswith("(d)")]
+    assert len(table) == 2 and all(" - " in line for line in table), table
+
+    def first_timed(tun: StreamTuning) -> int:  # --quick: 1 warm-up batch, then the window
+        ds = ChunkedEpisodeDataset(
+            OPEN50,
+            batch_size=32,
+            episodes=OPEN50_WITH_VIDEO[:6],
+            image_dtype="uint8",
+            infinite=True,
+            tuning=tun,
+        )
+        it = iter(ds.dataloader(num_workers=0))
+        next(it)
+        return int(next(it)["index"][0])
+
+    got = rows[0]["first_timed_index"]["robo_u8"]
+    assert got == [first_timed(StreamTuning(**tuning))], got
+    assert got != [first_timed(StreamTuning())], "the test cannot tell the tuning from the default"
