@@ -18,6 +18,7 @@ import robo_resume.stream.read_ahead as read_ahead
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.errors import CorruptFileError, VideoDecodeError
 from robo_resume.format.video import VideoReader
+from robo_resume.items.held import HeldWindows
 
 WIDE = StreamTuning(interleave=32)
 LENGTHS = (37, 52, 29, 44, 61, 33)
@@ -49,23 +50,37 @@ def _equal(got, plain):
 
 @pytest.mark.parametrize(
     "delta",
-    [None, {"observation.images.cam0": [-0.1, 0.0], "action": [0.0, 0.1]}],
-    ids=["no-window", "window"],
+    [
+        None,
+        {"observation.images.cam0": [-0.1, 0.0], "action": [0.0, 0.1]},
+        {"observation.images.cam0": [0.0]},  # one frame: squeezed to (3, H, W)
+        {"observation.images.cam0": [-0.2, 0.0, 0.1], "observation.images.cam1": [-0.1]},
+    ],
+    ids=["no-window", "window", "one-frame-window", "gapped-windows-both-cameras"],
 )
 def test_frames_kept_unconverted_give_the_same_batches(cams, monkeypatch, delta):
     """Without workers: frames are served from kept decoded frames (counted), and every
-    column of every batch equals reading frame by frame. With a window on cam0, that camera
-    is kept as RGB windows and cam1 as decoded frames."""
-    taken = []
-    take = VideoReader.take_ahead
+    column of every batch equals reading frame by frame. A camera with a window is kept as
+    its distinct RGB frames and each window place's frame (HeldWindows), the other camera as
+    decoded frames; windows reach over chunk and episode starts (clipped, padded)."""
+    taken, windows = [], []
+    take, put = VideoReader.take_ahead, HeldWindows.put
 
     def spy(self, count):
         taken.append(count)
         return take(self, count)
 
+    def spy_put(self, buf, rows):
+        windows.append(len(self))
+        return put(self, buf, rows)
+
     monkeypatch.setattr(VideoReader, "take_ahead", spy)
+    monkeypatch.setattr(HeldWindows, "put", spy_put)
     got = _batches(cams, delta_timestamps=delta)
-    assert sum(taken) > 100  # most frames came from kept decoded frames
+    if delta is None or len(delta) - ("action" in delta) < 2:
+        assert sum(taken) > 100  # most frames of a camera without a window: kept decoded
+    if delta is not None:
+        assert sum(windows) > 100  # most windows: put from kept distinct frames
     monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 0)  # one frame per read
     taken.clear()
     plain = _batches(cams, delta_timestamps=delta)
@@ -126,3 +141,23 @@ def test_a_video_cut_short_fails_in_the_same_read(factory, tmp_path, monkeypatch
     plain = run()
     assert "episode 4" in plain[2] and "Raised while streaming frames" in plain[2], plain[2]
     assert ahead == plain
+
+
+@pytest.mark.parametrize("m", [1, 3, 12])  # 12 windows of 2: the fancy-indexed path
+@pytest.mark.parametrize("w", [1, 2])
+def test_held_windows_put_and_array_give_the_windows(m, w):
+    """Every window place gets its frame, by either path; a slice shares the frames."""
+    rng = np.random.default_rng(m * 10 + w)
+    frames = rng.integers(0, 255, (m + w + 2, 3, 4, 5), dtype=np.uint8)
+    index = np.minimum(np.arange(m)[:, None] + np.arange(w) + 1, len(frames) - 1)
+    held = HeldWindows(frames, index, squeeze=w == 1)
+    want = frames[index][:, 0] if w == 1 else frames[index]
+    np.testing.assert_array_equal(held.array(), want)
+    buf = np.zeros((m + 4, *want.shape[1:]), dtype=np.uint8)
+    rows = np.arange(m)[::-1] + 2  # rows in any order
+    held.put(buf, rows)
+    np.testing.assert_array_equal(buf[rows], want)
+    assert not buf[:2].any() and not buf[m + 2 :].any()
+    tail = held[1:]
+    assert len(tail) == m - 1 and tail.frames is frames
+    np.testing.assert_array_equal(tail.array(), want[1:])

@@ -16,6 +16,7 @@ from ..errors import (
 )
 from ..format.images import decode_image
 from ..format.video import VideoReader
+from .held import HeldWindows
 
 
 class EpisodeRangeReader:
@@ -190,10 +191,12 @@ class EpisodeRangeReader:
         For read-ahead (robo_resume/stream/reading.py): like :meth:`raw` of those frames, but
         a camera without a delta window is a list of ``m`` decoded ``av.VideoFrame`` s (YUV as
         decoded, half the bytes of RGB at 4:2:0) that :func:`~robo_resume.format.video.
-        planar_rgb` converts to the values :meth:`raw` gives; cameras with a window are RGB
-        arrays as in :meth:`raw`. ``m`` stops before anything :meth:`raw` would check or raise
-        on (a decode error, a gap, a frame of another size): read normally later, that frame
-        fails in the same read with the same error as without read-ahead.
+        planar_rgb` converts to the values :meth:`raw` gives; a camera with a window is a
+        :class:`~robo_resume.items.held.HeldWindows` (its distinct RGB frames and which one
+        each window place shows; ``.array()`` is the camera's column in :meth:`raw`). ``m``
+        stops before anything :meth:`raw` would check or raise on (a decode error, a gap, a
+        frame of another size): read normally later, that frame fails in the same read with
+        the same error as without read-ahead.
         """
         frames = self._checked(frames)
         if frames.size == 0:
@@ -219,7 +222,7 @@ class EpisodeRangeReader:
         frames = frames[:m]
         query, pads = self._windows(frames)
         try:
-            windowed = {c: self._images(c, query[c], frames) for c in cams if c in delta}
+            windowed = {c: self._held_windows(c, query[c], frames) for c in cams if c in delta}
             cols = self._columns(frames, query, pads, {})
         except BROKEN_DATA_ERRORS:
             return 0, {}  # nothing ahead: read later, the same read fails the same way
@@ -362,6 +365,19 @@ class EpisodeRangeReader:
             return decoded
         picked = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
         return picked[:, 0] if picked.shape[1] == 1 else picked  # lerobot squeezes one frame
+
+    def _held_windows(self, cam: str, q: np.ndarray, frames: np.ndarray) -> HeldWindows:
+        """A windowed camera's frames for read-ahead: the distinct frames ``q`` shows, decoded
+        once, and each place's frame (:meth:`_images` without the windows materialised)."""
+        uniq = np.unique(q)
+        times = self.ep.videos[cam].from_timestamp + self.timestamps[uniq - self.lo]
+        decoded = self._video(cam).frames_at(
+            times,
+            tolerance_s=self.builder.options.tolerance_s,
+            frame_numbers=uniq.tolist(),
+            channels_first=True,
+        )
+        return HeldWindows(decoded, np.searchsorted(uniq, q), q.shape[1] == 1)
 
     def _window_into(
         self,

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..format.rgb import planar_rgb, planar_rgb_rows
+from ..items.held import HeldWindows
 from .tuning import StreamTuning
 
 __all__ = [
@@ -64,7 +65,7 @@ def take_ahead(reader, held, frames: range, stop: int, dest=None):
             if d is not None:
                 _put(v[:m], d[0], d[1][:m])
             else:
-                piece[k] = _rgb(v[:m]) if type(v) is list else v[:m]
+                piece[k] = _rgb(v[:m]) if type(v) is list or type(v) is HeldWindows else v[:m]
             if rest is not None:
                 rest[k] = v[m:]
         pieces.append(piece)
@@ -83,15 +84,21 @@ def take_ahead(reader, held, frames: range, stop: int, dest=None):
 
 
 def _put(frames, buf: np.ndarray, rows: np.ndarray) -> None:
-    """Write a camera's kept frames (RGB rows, or decoded frames) into ``buf[rows]``."""
+    """Write a camera's kept frames (decoded frames, or :class:`HeldWindows`) into
+    ``buf[rows]``."""
     if isinstance(frames, list):
         planar_rgb_rows(frames, buf, rows.tolist())
+    elif isinstance(frames, HeldWindows):
+        frames.put(buf, rows)
     else:
         buf[rows] = frames
 
 
 def _rgb(frames):
-    """A kept column as numpy: decoded frames converted to RGB ``(n, 3, H, W)``."""
+    """A kept column as numpy: decoded frames converted to RGB ``(n, 3, H, W)``, windows
+    materialised."""
+    if isinstance(frames, HeldWindows):
+        return frames.array()
     if not isinstance(frames, list):
         return frames
     out = np.empty((len(frames), 3, frames[0].height, frames[0].width), dtype=np.uint8)
@@ -126,8 +133,9 @@ def frames_ahead(
 def held_bytes(camera_shapes: Iterable[tuple[int, ...] | None]) -> int:
     """Bytes one frame (all cameras, given their batch shapes) takes while read ahead: a camera
     without a delta window ``(3, H, W)`` is kept as decoded, 8-bit YUV 4:2:0 (1.5 bytes per
-    pixel, what LeRobot writes); one with a window ``(w, 3, H, W)`` as RGB, its whole window.
-    At least 1."""
+    pixel, what LeRobot writes); one with a window ``(w, 3, H, W)`` as RGB, its whole window
+    (an upper bound: :class:`~robo_resume.items.held.HeldWindows` keeps each distinct frame of
+    overlapping windows once). At least 1."""
     total = 0
     for shape in camera_shapes:
         if shape is not None:
