@@ -138,3 +138,24 @@ def test_frames_at_into_a_batch_equals_rgb24_by_address(factory):
         r.frames_at(times, channels_first=True, out=batch, rows=rows)
     for i, row in enumerate(rows.tolist()):
         np.testing.assert_array_equal(batch[row], want[i].transpose(2, 0, 1))
+
+
+def test_row_addresses_are_remembered_per_array_object_only():
+    """A remembered address is given back for the same array object only: an entry whose
+    array is gone (a new array may get its id) is recomputed, views get their own address."""
+    import robo_resume.format.rgb as rgb
+
+    a = np.empty((4, 3, 16, 16), dtype=np.uint8)
+    assert rgb._row_addresses(a) == (a.ctypes.data, a.strides[0])
+    assert rgb._row_addresses(a) == (a.ctypes.data, a.strides[0])  # from the memo
+    b = a[1:]
+    assert rgb._row_addresses(b) == (a.ctypes.data + a.strides[0], a.strides[0])
+    c = np.empty((4, 3, 16, 16), dtype=np.uint8)
+
+    class Gone:  # a dead weak reference under c's id: a freed array's entry
+        def __call__(self):
+            return None
+
+    rgb._ADDRESSES[id(c)] = (Gone(), 1, 2)
+    assert rgb._row_addresses(c) == (c.ctypes.data, c.strides[0])
+    assert rgb._row_addresses(np.empty((4, 16, 16, 3), np.float32)) == (None, 0)
