@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="lerobot-train with robo_resume as its data path: lerobot-train's flags "
         "(--policy.type, --dataset.repo_id, --dataset.root, --batch_size, --steps, ...), exact "
-        "and elastic --resume=true; `robo-resume train --help` lists them",
+        "and elastic --resume=true; `robo-resume train --help` lists them. Its own flags: "
+        "--mix.roots/--mix.repo_ids/--mix.weights (several datasets), --stream.interleave and "
+        "--stream.interleave_order (batch diversity; default spread over min(batch_size, 32) "
+        "chunks)",
         add_help=False,
     )
     return p

@@ -41,12 +41,19 @@ Flags of its own (everything else is lerobot-train's):
   (lerobot refuses several datasets). The policy's features come from the first source; the
   normalisation statistics are aggregated over all sources (``aggregate_stats``). Give
   ``--dataset.repo_id`` as a name for the run (lerobot requires it).
+- ``--stream.interleave=N`` and ``--stream.interleave_order=spread|rounds|random``: how each
+  stream interleaves its chunks (``StreamTuning``). A new run's default is about as diverse as
+  lerobot's shuffled sampler: ``spread`` over ``min(batch_size, 32)`` open chunks
+  (:func:`~robo_resume.lerobot_train.options.resolve_stream`); ``--stream.interleave=4
+  --stream.interleave_order=random`` is the library's default (faster with 0 workers, a batch
+  mixes 4 chunks). A checkpoint keeps its run's values and resumes with them, no flags needed
+  (one written before these flags existed: 4, random).
 
-Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` flags, file names, checks
-made before lerobot is imported), :mod:`.checkpoints` (robo_resume's files in a checkpoint,
-RNG states, the atomic write), :mod:`.setup` (everything built before the loop), and
-:mod:`.pipeline` (the loop). lerobot is imported inside functions only: the rest of robo_resume
-never needs it.
+Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
+file names, checks made before lerobot is imported), :mod:`.checkpoints` (robo_resume's files
+in a checkpoint, RNG states, the atomic write), :mod:`.setup` (everything built before the
+loop), and :mod:`.pipeline` (the loop). lerobot is imported inside functions only: the rest
+of robo_resume never needs it.
 
 For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and
 rank with the ``index`` values the step trained on.
@@ -59,10 +66,26 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import RoboResumeError
-from .options import MixOptions, TrainSetupError, check_config_path, require_lerobot, split_args
+from .options import (
+    MixOptions,
+    StreamOptions,
+    TrainSetupError,
+    check_config_path,
+    require_lerobot,
+    split_args,
+    split_stream_args,
+)
 from .pipeline import train
 
-__all__ = ["MixOptions", "TrainSetupError", "main", "split_args", "train"]
+__all__ = [
+    "MixOptions",
+    "StreamOptions",
+    "TrainSetupError",
+    "main",
+    "split_args",
+    "split_stream_args",
+    "train",
+]
 
 
 # -- entry point ---------------------------------------------------------------------------------
@@ -70,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``robo-resume train ARGS``: returns the exit code (0 done, 2 a setup or input error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        mix, lerobot_args = split_args(argv)
+        stream, rest = split_stream_args(argv)
+        mix, lerobot_args = split_args(rest)
         check_config_path(lerobot_args)
         require_lerobot()
     except RoboResumeError as exc:
@@ -85,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     del lerobot_train
 
     def run(cfg):
-        return train(cfg, mix)
+        return train(cfg, mix, stream)
 
     run.__annotations__ = {"cfg": TrainPipelineConfig}  # what lerobot's parser dispatches on
     saved_argv = sys.argv

@@ -109,6 +109,7 @@ def save_atomic(
     data_state: dict[str, Any],
     rng: list[dict[str, torch.Tensor]],
     mix: MixOptions | None,
+    stream: dict[str, Any] | None = None,
 ) -> None:
     """lerobot's ``save_checkpoint`` into a hidden sibling, then rename, then move ``last``.
 
@@ -142,7 +143,7 @@ def save_atomic(
     ours.mkdir(parents=True, exist_ok=True)
     (ours / DATA_STATE).write_text(json.dumps(data_state, indent=1))
     (ours / OPTIONS).write_text(
-        json.dumps({"mix": mix.to_dict() if mix else None, "library": version()})
+        json.dumps({"mix": mix.to_dict() if mix else None, "stream": stream, "library": version()})
     )
     for r, state in enumerate(rng):
         save_file({k: v.contiguous() for k, v in state.items()}, ours / RNG_RANK.format(rank=r))

@@ -1,5 +1,5 @@
-"""``robo-resume train``'s own flags (``--mix.*``), the checkpoint file names, and checks made
-before lerobot is imported (a missing ``--config_path``, lerobot's version)."""
+"""``robo-resume train``'s own flags (``--mix.*``, ``--stream.*``), the checkpoint file names,
+and checks made before lerobot is imported (a missing ``--config_path``, lerobot's version)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RoboResumeError, describe
+from ..index.schedule import INTERLEAVE_ORDERS
 
 DATA_DIR = "robo_resume"  # inside a checkpoint's training_state/
 DATA_STATE = "data_state.json"
@@ -17,6 +18,16 @@ RNG_RANK = "rng_state_rank{rank}.safetensors"
 INDEX_LOG_ENV = "ROBO_RESUME_TRAIN_INDEX_LOG"
 MIN_LEROBOT = (0, 6)
 _OWN_PREFIX = "--mix."
+_STREAM_PREFIX = "--stream."
+
+DIVERSE_MAX_INTERLEAVE = 32
+"""Most chunks a stream of ``robo-resume train`` interleaves by default (see
+:func:`resolve_stream`): each open chunk keeps a decoder per camera (about 2 MB at 480x640)."""
+
+LEGACY_STREAM = {"interleave": 4, "interleave_order": "random"}
+"""The stream order of checkpoints written before ``--stream.*`` existed (the library's
+``StreamTuning`` defaults): such a checkpoint's options hold no ``stream`` entry, and it resumes
+with this order (its data state was saved with it)."""
 
 
 class TrainSetupError(RoboResumeError, ValueError):
@@ -144,6 +155,116 @@ def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
             )
         )
     return MixOptions(items.get("roots", ()), items.get("repo_ids", ()), weights), rest
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamOptions:
+    """The ``--stream.*`` flags: how a stream interleaves its chunks (None: not given).
+
+    Attributes:
+        interleave: ``--stream.interleave=N``, chunks open at once per stream
+            (``StreamTuning.interleave``).
+        interleave_order: ``--stream.interleave_order=spread|rounds|random``
+            (``StreamTuning.interleave_order``).
+    """
+
+    interleave: int | None = None
+    interleave_order: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.interleave is not None and self.interleave < 1:
+            raise TrainSetupError(
+                describe(
+                    "--stream.interleave must be at least 1",
+                    found=self.interleave,
+                    fix="--stream.interleave=32 (1: no interleave, consecutive frames)",
+                )
+            )
+        if self.interleave_order is not None and self.interleave_order not in INTERLEAVE_ORDERS:
+            raise TrainSetupError(
+                describe(
+                    "Unknown --stream.interleave_order",
+                    expected=" or ".join(INTERLEAVE_ORDERS),
+                    found=self.interleave_order,
+                    fix="--stream.interleave_order=spread",
+                )
+            )
+
+    def given(self) -> dict[str, Any]:
+        """The flags that were given, as ``StreamTuning`` keyword arguments."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+def split_stream_args(argv: Sequence[str]) -> tuple[StreamOptions | None, list[str]]:
+    """Split ``argv`` into the ``--stream.*`` flags (None if absent) and the other flags."""
+    own: dict[str, str] = {}
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith(_STREAM_PREFIX):
+            rest.append(a)
+            i += 1
+            continue
+        name, eq, value = a[len(_STREAM_PREFIX) :].partition("=")
+        if not eq:
+            if i + 1 >= len(args):
+                raise TrainSetupError(describe(f"{a} needs a value", fix=f"{a}=VALUE"))
+            value, i = args[i + 1], i + 1
+        if name not in ("interleave", "interleave_order"):
+            raise TrainSetupError(
+                describe(
+                    f"Unknown flag {a.split('=')[0]}",
+                    expected="--stream.interleave or --stream.interleave_order",
+                    found=a,
+                    fix="see `robo-resume train --help` and the README's lerobot section",
+                )
+            )
+        own[name] = value.strip()
+        i += 1
+    if not own:
+        return None, rest
+    interleave = None
+    if "interleave" in own:
+        try:
+            interleave = int(own["interleave"])
+        except ValueError:
+            raise TrainSetupError(
+                describe(
+                    "--stream.interleave must be a whole number",
+                    found=own["interleave"],
+                    fix="--stream.interleave=32",
+                )
+            ) from None
+    return StreamOptions(interleave, own.get("interleave_order")), rest
+
+
+def resolve_stream(
+    flags: StreamOptions | None, saved: dict[str, Any] | None, batch_size: int
+) -> dict[str, Any]:
+    """The ``StreamTuning`` keyword arguments (interleave, order) of a ``robo-resume train`` run.
+
+    ``saved``: the options of the checkpoint resumed from (None: a new run, or a checkpoint of
+    plain lerobot-train, whose data starts anew). A checkpoint's own order is kept (its data
+    state was saved with it; one written before ``--stream.*`` existed has
+    :data:`LEGACY_STREAM`). A new run gets batches about as diverse as lerobot's shuffled
+    sampler: ``interleave_order="spread"`` over ``min(batch_size, DIVERSE_MAX_INTERLEAVE)``
+    open chunks (0.96-1.04x the distinct episodes per batch of uniform sampling with as many
+    open chunks as a batch has frames, README "Batch diversity"). Flags given replace those
+    values; on a resume, other values than the checkpoint's are refused by the data state's
+    fingerprint.
+    """
+    if saved is not None:
+        base = dict(saved.get("stream") or LEGACY_STREAM)
+    else:
+        base = {
+            "interleave": max(1, min(int(batch_size), DIVERSE_MAX_INTERLEAVE)),
+            "interleave_order": "spread",
+        }
+    if flags is not None:
+        base.update(flags.given())
+    return base
 
 
 def check_config_path(args: Sequence[str]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .checkpoints import gather_rng, read_saved, restore_rng, save_atomic
-from .options import INDEX_LOG_ENV, MixOptions
+from .options import INDEX_LOG_ENV, MixOptions, StreamOptions, resolve_stream
 from .setup import (
     build_dataset,
     camera_keys,
@@ -31,8 +31,9 @@ from .setup import (
 
 
 # -- the pipeline ----------------------------------------------------------------------------
-def train(cfg: Any, mix: MixOptions | None = None) -> None:
-    """Run lerobot's training pipeline for ``cfg`` with robo_resume's data path (see module)."""
+def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None = None) -> None:
+    """Run lerobot's training pipeline for ``cfg`` with robo_resume's data path (see module);
+    ``mix`` and ``stream``: the ``--mix.*`` and ``--stream.*`` flags (None: not given)."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
     from lerobot.common.train_utils import (
@@ -75,6 +76,18 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
     mix = resolve_mix(mix, saved.get("options"))
     if main_process and mix is not None:
         logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
+    tuning = resolve_stream(stream, saved.get("options"), cfg.batch_size)
+    if main_process:
+        logging.info(
+            f"streams interleave {tuning['interleave']} chunks ({tuning['interleave_order']})"
+            + (
+                ": batches about as diverse as lerobot's shuffled sampler; "
+                "--stream.interleave=4 --stream.interleave_order=random is faster with "
+                "--num_workers=0, with batches of fewer episodes"
+                if tuning["interleave_order"] == "spread"
+                else ""
+            )
+        )
 
     meta = policy_metadata(cfg, mix)
     policy = make_policy(cfg=cfg.policy, ds_meta=meta, rename_map=cfg.rename_map)
@@ -110,7 +123,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
             f"(eval_split={cfg.dataset.eval_split})"
         )
     dataset, data_note = build_dataset(
-        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes
+        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes, tuning
     )
     if main_process:
         if data_note:
@@ -232,6 +245,7 @@ def train(cfg: Any, mix: MixOptions | None = None) -> None:
                     data_state=data_state,
                     rng=rng,
                     mix=mix,
+                    stream=tuning,
                 )
             accelerator.wait_for_everyone()
     if progbar is not None:

@@ -18,6 +18,7 @@ from ..format.metadata import load_metadata
 from ..hub import resolve_dataset
 from ..mix import MixedDataset, MixSource
 from ..reader import LeRobotReader
+from ..stream.tuning import StreamTuning
 from .options import MixOptions, TrainSetupError
 
 
@@ -206,8 +207,12 @@ def build_dataset(
     state: dict[str, Any] | None,
     resume_dir: Path | None,
     episodes: list[int] | None = None,
+    tuning: dict[str, Any] | None = None,
 ) -> tuple[Any, str | None]:
-    """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact."""
+    """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact.
+
+    ``tuning``: ``StreamTuning`` keyword arguments (:func:`~robo_resume.lerobot_train.options.
+    resolve_stream`; None: the library's defaults)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     delta = resolve_delta_timestamps(cfg.trainable_config, meta)
@@ -217,6 +222,7 @@ def build_dataset(
         "delta_timestamps": delta,
         "image_transforms": image_transforms(cfg),
         "image_dtype": "uint8",  # lerobot's trainer: return_uint8=True, converted per batch
+        "tuning": StreamTuning(**tuning) if tuning else None,
     }
     note = None
     if resume_dir is not None and state is None:
@@ -249,8 +255,9 @@ def build_dataset(
         raise ResumeStateError(
             f"{exc}\nThe checkpoint {resume_dir} holds the data state of another run's data "
             "(dataset, episodes, seed or data options differ, see above). Resume with that run's "
-            "dataset and options (its pretrained_model/train_config.json has them), or start a "
-            "new run with a new --output_dir."
+            "dataset and options (its pretrained_model/train_config.json has them; its "
+            "--stream.* values are in training_state/robo_resume/options.json, and are used "
+            "when no --stream.* flag is given), or start a new run with a new --output_dir."
         ) from exc
     return ds, note
 

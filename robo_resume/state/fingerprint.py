@@ -25,6 +25,8 @@ _FIX = {
     "seed": "pass the same seed as the run that saved the state",
     "interleave_order": "pass the same StreamTuning(interleave_order=...) as the run that saved "
     "the state (a state without it was saved with the default, 'random')",
+    "interleave": "pass the same StreamTuning(interleave=...) as the run that saved the state "
+    "(robo-resume train: the same --stream.* flags, or none: its checkpoints keep them)",
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
     "counts batches of that size); a resume_state may change it (elastic resume)",
 }
