@@ -26,23 +26,8 @@ OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 @pytest.mark.timeout(300)
 def test_throughput_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
-    out_json = tmp_path / "throughput.json"
-    code, stdout = run_benchmark_here(
-        "throughput.py",
-        "--quick",
-        "--datasets",
-        "d",
-        "--workers",
-        "0",
-        "--repeats",
-        "2",
-        "--json",
-        str(out_json),
-        capsys=capsys,
-    )
-    assert code == 0, f"throughput.py failed:\n{stdout}"
+    data, stdout = _quick_open50(tmp_path, capsys, "--repeats", "2")
     assert stdout.startswith("machine: "), stdout[:200]
-    data = json.loads(out_json.read_text())
     rows = data["rows"]
     assert [(r["dataset"], r["num_workers"], r["delta_timestamps"]) for r in rows] == [
         ("d", 0, False),
@@ -67,6 +52,25 @@ def test_throughput_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "f32/lerobot" in stdout and "u8/ceiling" in stdout
     assert "plain/robo u8" in stdout and "plain/robo f32" in stdout
     assert all(("PASS" in line) != ("MISS" in line) for line in stdout.splitlines()[-6:-2])
+
+
+def _quick_open50(tmp_path: Path, capsys, *args: str) -> tuple[dict, str]:
+    """``throughput.py --quick`` on open50 with 0 workers and ``args``: (its JSON, its stdout)."""
+    out_json = tmp_path / "throughput.json"
+    code, stdout = run_benchmark_here(
+        "throughput.py",
+        "--quick",
+        "--datasets",
+        "d",
+        "--workers",
+        "0",
+        *args,
+        "--json",
+        str(out_json),
+        capsys=capsys,
+    )
+    assert code == 0, f"throughput.py failed:\n{stdout}"
+    return json.loads(out_json.read_text()), stdout
 
 
 def _check_repeats(row: dict, repeats: int, window: int) -> None:
@@ -118,25 +122,11 @@ def test_throughput_u8_only_with_a_tuning(
     from throughput import OPEN50_WITH_VIDEO
 
     tuning = {"interleave": 8, "interleave_order": "spread"}
-    out_json = tmp_path / "throughput.json"
-    code, stdout = run_benchmark_here(
-        "throughput.py",
-        "--quick",
-        "--datasets",
-        "d",
-        "--workers",
-        "0",
-        "--no-lerobot",
-        "--u8-only",
-        "--tuning",
-        json.dumps(tuning),
-        "--json",
-        str(out_json),
-        capsys=capsys,
+    data, stdout = _quick_open50(
+        tmp_path, capsys, "--no-lerobot", "--u8-only", "--tuning", json.dumps(tuning)
     )
-    assert code == 0, f"throughput.py failed:\n{stdout}"
     assert f"robo_resume with StreamTuning(**{tuning})" in stdout, stdout
-    rows = json.loads(out_json.read_text())["rows"]
+    rows = data["rows"]
     assert len(rows) == 2
     for row in rows:
         assert row["tuning"] == tuning

@@ -112,25 +112,30 @@ class MixOptions:
         )
 
 
-def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
-    """Split ``argv`` into the ``--mix.*`` flags (None if absent) and lerobot-train's flags."""
+def _own_flags(
+    argv: Sequence[str], prefix: str, names: tuple[str, ...]
+) -> tuple[dict[str, str], list[str]]:
+    """The flags ``PREFIX NAME=VALUE`` (or ``PREFIX NAME VALUE``) of ``argv`` as ``{NAME:
+    VALUE}``, and the other arguments in order; a name not in ``names`` or a missing value is
+    refused (:class:`TrainSetupError`)."""
     own: dict[str, str] = {}
     rest: list[str] = []
     args = list(argv)
     i = 0
     while i < len(args):
         a = args[i]
-        if a.startswith(_OWN_PREFIX):
-            name, eq, value = a[len(_OWN_PREFIX) :].partition("=")
+        if a.startswith(prefix):
+            name, eq, value = a[len(prefix) :].partition("=")
             if not eq:
                 if i + 1 >= len(args):
                     raise TrainSetupError(describe(f"{a} needs a value", fix=f"{a}=VALUE"))
                 value, i = args[i + 1], i + 1
-            if name not in ("roots", "repo_ids", "weights"):
+            if name not in names:
+                flags = [prefix + n for n in names]
                 raise TrainSetupError(
                     describe(
                         f"Unknown flag {a.split('=')[0]}",
-                        expected="--mix.roots, --mix.repo_ids or --mix.weights",
+                        expected=", ".join(flags[:-1]) + " or " + flags[-1],
                         found=a,
                         fix="see `robo-resume train --help` and the README's lerobot section",
                     )
@@ -139,6 +144,12 @@ def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
         else:
             rest.append(a)
         i += 1
+    return own, rest
+
+
+def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
+    """Split ``argv`` into the ``--mix.*`` flags (None if absent) and lerobot-train's flags."""
+    own, rest = _own_flags(argv, _OWN_PREFIX, ("roots", "repo_ids", "weights"))
     if not own:
         return None, rest
     items = {k: tuple(x.strip() for x in v.split(",") if x.strip()) for k, v in own.items()}
@@ -197,34 +208,10 @@ class StreamOptions:
 
 def split_stream_args(argv: Sequence[str]) -> tuple[StreamOptions | None, list[str]]:
     """Split ``argv`` into the ``--stream.*`` flags (None if absent) and the other flags."""
-    own: dict[str, str] = {}
-    rest: list[str] = []
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if not a.startswith(_STREAM_PREFIX):
-            rest.append(a)
-            i += 1
-            continue
-        name, eq, value = a[len(_STREAM_PREFIX) :].partition("=")
-        if not eq:
-            if i + 1 >= len(args):
-                raise TrainSetupError(describe(f"{a} needs a value", fix=f"{a}=VALUE"))
-            value, i = args[i + 1], i + 1
-        if name not in ("interleave", "interleave_order"):
-            raise TrainSetupError(
-                describe(
-                    f"Unknown flag {a.split('=')[0]}",
-                    expected="--stream.interleave or --stream.interleave_order",
-                    found=a,
-                    fix="see `robo-resume train --help` and the README's lerobot section",
-                )
-            )
-        own[name] = value.strip()
-        i += 1
+    own, rest = _own_flags(argv, _STREAM_PREFIX, ("interleave", "interleave_order"))
     if not own:
         return None, rest
+    own = {k: v.strip() for k, v in own.items()}
     interleave = None
     if "interleave" in own:
         try:
