@@ -103,13 +103,13 @@ def test_batches_equal_reader_items_collated(
     """Independent of the stream's machinery: every batch equals ``default_collate`` of
     :class:`LeRobotReader` items (random access, one frame at a time) at the batch's indices.
     Camera windows over consecutive frames in order ("sliding") take the read's precomputed
-    places (ranges._window_run); others ("gaps": a gap, a reversed order) search them. A
+    places (windows.window_run); others ("gaps": a gap, a reversed order) search them. A
     window's repeated frames are copied in one call at these small sizes, one by one for large
     frames ("one by one": the threshold lowered)."""
     if delta and delta.endswith(", one by one"):
-        import robo_resume.items.ranges as ranges
+        import robo_resume.items.windows as windows
 
-        monkeypatch.setattr(ranges, "_FANCY_COPY_BYTES", 0)
+        monkeypatch.setattr(windows, "FANCY_COPY_BYTES", 0)
         delta = delta.removesuffix(", one by one")
     dt = {
         None: None,

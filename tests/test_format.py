@@ -135,15 +135,16 @@ def test_idle_decoders_keep_every_file_before_a_second_of_one(factory):
 
 @pytest.mark.parametrize(("n", "w"), [(1, 1), (1, 3), (8, 1), (8, 2), (5, 4), (3, 7)])
 def test_window_run_places_frames_as_the_search_does(n, w):
-    # windows of w consecutive offsets over n consecutive frames, as _window_into searches them
-    from robo_resume.items.ranges import _window_run
+    # windows of w consecutive offsets over n consecutive frames, as decode_windows_into
+    # searches them
+    from robo_resume.items.windows import window_run
 
     q = 100 + np.arange(n)[:, None] + np.arange(-w + 1, 1)  # e.g. [-1, 0] for w = 2
     uniq = np.unique(q)
     which = np.searchsorted(uniq, q).ravel()
     _, first = np.unique(which, return_index=True)
     others = np.setdiff1d(np.arange(n * w), first)
-    got_first, copies, sources = _window_run(n, w)
+    got_first, copies, sources = window_run(n, w)
     np.testing.assert_array_equal(got_first, first)
     np.testing.assert_array_equal(copies, others)
     np.testing.assert_array_equal(sources, which[others])

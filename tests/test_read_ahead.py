@@ -18,7 +18,7 @@ import robo_resume.stream.read_ahead as read_ahead
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.errors import CorruptFileError, VideoDecodeError
 from robo_resume.format.video import VideoReader
-from robo_resume.items.held import HeldWindows
+from robo_resume.items.windows import HeldWindows
 
 WIDE = StreamTuning(interleave=32)
 LENGTHS = (37, 52, 29, 44, 61, 33)

@@ -67,7 +67,7 @@ class ItemBuilder(DecodingThreads):
         # (offsets as a (1, w) row, lowest, highest) of each window, for EpisodeRangeReader
         self.window_offsets = {k: (v[None, :], int(v.min()), int(v.max())) for k, v in d.items()}
         # windows whose offsets are consecutive frames in order (e.g. [-1, 0]): a read of
-        # consecutive frames places their frames without a search (ranges._window_run)
+        # consecutive frames places their frames without a search (windows.window_run)
         self.sliding_windows = frozenset(
             k for k, v in d.items() if np.array_equal(v, np.arange(v[0], v[0] + len(v)))
         )

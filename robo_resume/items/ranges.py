@@ -3,7 +3,6 @@ camera, as columns or as items (:func:`unbind`)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ from ..errors import (
 )
 from ..format.images import decode_image
 from ..format.video import VideoReader
-from .held import HeldWindows
+from .windows import HeldWindows, decode_windows_into, window_run
 
 
 class EpisodeRangeReader:
@@ -192,7 +191,7 @@ class EpisodeRangeReader:
         a camera without a delta window is a list of ``m`` decoded ``av.VideoFrame`` s (YUV as
         decoded, half the bytes of RGB at 4:2:0) that :func:`~robo_resume.format.video.
         planar_rgb` converts to the values :meth:`raw` gives; a camera with a window is a
-        :class:`~robo_resume.items.held.HeldWindows` (its distinct RGB frames and which one
+        :class:`~robo_resume.items.windows.HeldWindows` (its distinct RGB frames and which one
         each window place shows; ``.array()`` is the camera's column in :meth:`raw`). ``m``
         stops before anything :meth:`raw` would check or raise on (a decode error, a gap, a
         frame of another size): read normally later, that frame fails in the same read with
@@ -332,7 +331,7 @@ class EpisodeRangeReader:
         ``buffer`` is returned)."""
         ref = self.ep.videos[cam]
         wanted = q if q is not None else frames
-        run = None  # the places of a window sliding over consecutive frames (see _window_run)
+        run = None  # the places of a window sliding over consecutive frames (see window_run)
         if q is not None:
             _, lo, hi = self.builder.window_offsets[cam]
             n, f0 = len(frames), int(frames[0])
@@ -342,7 +341,7 @@ class EpisodeRangeReader:
                 and f0 + lo >= 0
                 and int(frames[-1]) + hi < self.ep.length  # nothing clipped
             ):
-                run = _window_run(n, hi - lo + 1)
+                run = window_run(n, hi - lo + 1)
                 uniq = np.arange(f0 + lo, f0 + lo + n + hi - lo, dtype=np.int64)
             else:
                 uniq = np.unique(wanted)
@@ -352,7 +351,7 @@ class EpisodeRangeReader:
         video = self._video(cam)
         tol = self.builder.options.tolerance_s
         if into is not None and q is not None:
-            return self._window_into(video, times, uniq, q, *into, run=run)
+            return decode_windows_into(video, times, uniq, q, *into, tolerance_s=tol, run=run)
         decoded = video.frames_at(
             times,
             tolerance_s=tol,
@@ -378,74 +377,6 @@ class EpisodeRangeReader:
             channels_first=True,
         )
         return HeldWindows(decoded, np.searchsorted(uniq, q), q.shape[1] == 1)
-
-    def _window_into(
-        self,
-        video: VideoReader,
-        times: np.ndarray,
-        uniq: np.ndarray,
-        q: np.ndarray,
-        buffer: np.ndarray,
-        rows: np.ndarray,
-        run: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-    ) -> np.ndarray:
-        """Decode a delta window's frames into ``buffer[rows]`` (``(B, w, 3, H, W)``, or
-        ``(B, 3, H, W)`` for a one-frame window): each distinct frame is decoded once into its
-        first place and copied to the others (a frame is in the windows of several items).
-        ``run``: :func:`_window_run` of the read, when its windows slide over consecutive
-        frames (the places are then known without searching ``q``)."""
-        w = q.shape[1]
-        flat = buffer.view()
-        flat.shape = (-1, *buffer.shape[-3:])  # a view of (B * w) frames; never a copy
-        dest = (np.asarray(rows, dtype=np.int64)[:, None] * w + np.arange(w)).ravel()
-        if run is not None:
-            first, copies, sources = run
-        else:
-            which = np.searchsorted(uniq, q).ravel()  # the distinct frame each place shows
-            _, first = np.unique(which, return_index=True)  # every distinct frame occurs
-            others = np.ones(len(dest), dtype=bool)
-            others[first] = False
-            copies, sources = others, which[others]
-        primary = dest[first]
-        video.frames_at(
-            times,
-            tolerance_s=self.builder.options.tolerance_s,
-            frame_numbers=uniq.tolist(),
-            channels_first=True,
-            out=flat,
-            rows=primary,
-        )
-        to, src = dest[copies], primary[sources]
-        if flat[0].nbytes <= _FANCY_COPY_BYTES:
-            flat[to] = flat[src]  # one numpy call (through a temporary: small frames)
-        else:
-            for d, s in zip(to.tolist(), src.tolist(), strict=True):
-                flat[d] = flat[s]  # one copy per place (a fancy-indexed copy makes two)
-        return buffer
-
-
-_FANCY_COPY_BYTES = 64 << 10
-"""Frames up to this size (one camera frame, bytes) are copied to their other window places
-with one fancy-indexed copy; larger ones one by one (the temporary would copy each twice).
-At 96x96 the Python loop was 5% of a 0-worker loop's time with windows (py-spy)."""
-
-
-@functools.lru_cache(maxsize=256)
-def _window_run(n: int, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where the frames of ``n`` windows of ``w`` consecutive offsets over ``n`` consecutive
-    frames go, places numbered ``i * w + k`` (item ``i``, offset ``k``; place ``(i, k)`` shows
-    distinct frame ``i + k``): ``(first, copies, sources)``, the first place showing each of the
-    ``n + w - 1`` distinct frames, the other places, and the distinct frame each of those shows.
-    What ``np.unique`` and ``np.searchsorted`` find for such a read, computed once per shape."""
-    which = (np.arange(n)[:, None] + np.arange(w)).ravel()
-    _, first = np.unique(which, return_index=True)
-    others = np.ones(n * w, dtype=bool)
-    others[first] = False
-    copies = np.flatnonzero(others)
-    sources = which[copies]
-    for a in (first, copies, sources):
-        a.flags.writeable = False  # shared by every read of this shape
-    return first, copies, sources
 
 
 def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:

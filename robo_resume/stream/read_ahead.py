@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..format.rgb import planar_rgb, planar_rgb_rows
-from ..items.held import HeldWindows
+from ..items.windows import HeldWindows
 from .tuning import StreamTuning
 
 __all__ = [
@@ -134,7 +134,7 @@ def held_bytes(camera_shapes: Iterable[tuple[int, ...] | None]) -> int:
     """Bytes one frame (all cameras, given their batch shapes) takes while read ahead: a camera
     without a delta window ``(3, H, W)`` is kept as decoded, 8-bit YUV 4:2:0 (1.5 bytes per
     pixel, what LeRobot writes); one with a window ``(w, 3, H, W)`` as RGB, its whole window
-    (an upper bound: :class:`~robo_resume.items.held.HeldWindows` keeps each distinct frame of
+    (an upper bound: :class:`~robo_resume.items.windows.HeldWindows` keeps each distinct frame of
     overlapping windows once). At least 1."""
     total = 0
     for shape in camera_shapes:
