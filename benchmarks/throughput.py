@@ -476,6 +476,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore")  # workers: lerobot's torchvision notice
     logging.getLogger("robo_resume").setLevel(logging.WARNING)
 
+    wide = (args.tuning or {}).get("interleave", 4) >= BATCH
+    if wide and not args.quick and (args.warmup < 8 or args.batches < 128):
+        progress(
+            f"note: interleave >= batch size {BATCH} reads ahead (up to 16 frames of an open "
+            "chunk per visit): frames decoded during a short warm-up serve the first timed "
+            "batches and flatter the setting; --warmup 8 --batches 128 time whole read-ahead "
+            "periods (README, 'Batch diversity')"
+        )
     info = machine()
     print(describe_machine(info))
     cases = []
