@@ -41,7 +41,8 @@ BIN = Path(sys.executable).parent
 
 
 class Zygote:
-    """One zygote process, started on the first :meth:`start` (its imports take a few seconds).
+    """One zygote process, started on the first :meth:`start` or :meth:`launch` (its imports take
+    a few seconds).
 
     ``hash_seed`` is its (and its runs') ``PYTHONHASHSEED``; ``env`` the environment it imports
     under (each run gets its own). :meth:`close` ends it.
@@ -51,6 +52,11 @@ class Zygote:
         self.hash_seed, self.env, self.errfile = hash_seed, env, errfile
         self.proc: subprocess.Popen[str] | None = None
         self.running: int | None = None  # the pid of a run not waited for yet
+
+    def launch(self) -> None:
+        """Start the zygote process now, if not started yet, without waiting for its imports:
+        they run while the caller goes on (e.g. while another zygote's run trains)."""
+        self._ensure()
 
     def _ensure(self) -> subprocess.Popen[str]:
         if self.proc is None:
