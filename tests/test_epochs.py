@@ -218,7 +218,7 @@ def _steps(path):
     return out
 
 
-@pytest.mark.slow(22)
+@pytest.mark.slow(8)
 def test_train_policy_example_trains_two_epochs(tmp_path, factory, script_zygote):
     """examples/train_policy.py (140 frames, batch 8: 18 batches per epoch with 0 or 2 workers).
 

@@ -39,7 +39,7 @@ def steps(path):
     return out
 
 
-@pytest.mark.slow(17)
+@pytest.mark.slow(5)
 def test_train_policy_crash_and_resume(tmp_path, script_zygote):
     """Crash after step 7 (last checkpoint: step 5), resume: the uninterrupted order exactly.
 

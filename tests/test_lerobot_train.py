@@ -199,7 +199,7 @@ def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) ->
     assert "Traceback" not in text
 
 
-@pytest.mark.slow(67)
+@pytest.mark.slow(55)
 def test_kill_resume_bit_identical(data, zygotes):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit.
 

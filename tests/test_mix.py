@@ -293,7 +293,7 @@ def _steps(path):
     return out
 
 
-@pytest.mark.slow(17)
+@pytest.mark.slow(8)
 def test_mix_train_val_example_crash_and_resume(tmp_path, capsys, script_zygote):
     """The uninterrupted run in this process (the example's main), the crashed and the resumed
     run as ``python examples/mix_train_val.py`` (each forked from a zygote that imported torch
