@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -242,7 +243,7 @@ def script_zygote(tmp_path_factory):
         zygote.close()
 
 
-_SCRIPT_RUNS = iter(range(1 << 30))
+_SCRIPT_RUNS = itertools.count()  # numbers the forked runs' output files
 
 
 def run_script(zygote, script: Path, *args: object, timeout: float = 240) -> tuple[int, str, str]:
