@@ -8,12 +8,11 @@ batch, just after the boundary, or at the end of the run. Frames are counted per
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_script
 
 from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset
 from robo_resume.audit import epochs_started
@@ -203,22 +202,12 @@ def test_mix_epochs(root):
         next(iter(MixedDataset(src, batch_size=B).dataloader().epochs(1)))
 
 
-def _run(*args, ok=True):
-    p = subprocess.Popen(
-        [sys.executable, *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out, err = p.communicate(timeout=240)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+def _run(zygote, *args, ok=True):
+    """``python ARGS`` (examples/train_policy.py ...) forked from ``zygote``: (code, stdout)."""
+    code, out, err = run_script(zygote, *args)
     if ok:
-        assert p.returncode == 0, out[-2000:] + err[-3000:]
-    return p.returncode, out
+        assert code == 0, out[-2000:] + err[-3000:]
+    return code, out
 
 
 def _steps(path):
@@ -229,8 +218,8 @@ def _steps(path):
     return out
 
 
-@pytest.mark.slow(22)
-def test_train_policy_example_trains_two_epochs(tmp_path, factory):
+@pytest.mark.slow(8)
+def test_train_policy_example_trains_two_epochs(tmp_path, factory, script_zygote):
     """examples/train_policy.py (140 frames, batch 8: 18 batches per epoch with 0 or 2 workers).
 
     One run crashed twice and resumed with another worker count each time: 0 workers crash at
@@ -240,14 +229,15 @@ def test_train_policy_example_trains_two_epochs(tmp_path, factory):
     """
     data = factory(episode_lengths=(31, 44, 27, 38), num_cameras=1).root  # the example's own
     args = (EXAMPLES / "train_policy.py", "--workdir", tmp_path, "--root", data)
-    code, out = _run(*args, "--num-workers", 0, "--checkpoint-every", 6, "--stop-at-step", 12,
+    z = script_zygote  # each run forked from it (conftest.run_script), as `python ARGS` would
+    code, out = _run(z, *args, "--num-workers", 0, "--checkpoint-every", 6, "--stop-at-step", 12,
                      ok=False)  # fmt: skip
     assert code == 1 and "crashing after step 12 (last checkpoint: step 12)" in out
-    code, out = _run(*args, "--num-workers", 2, "--checkpoint-every", 9, "--stop-at-step", 18,
+    code, out = _run(z, *args, "--num-workers", 2, "--checkpoint-every", 9, "--stop-at-step", 18,
                      "--resume", ok=False)  # fmt: skip
     assert code == 1 and "crashing after step 18 (last checkpoint: step 18)" in out
     assert sorted(_steps(tmp_path / "consumed.txt")) == list(range(1, 19))
-    _, out = _run(*args, "--num-workers", 0, "--checkpoint-every", 9, "--resume")
+    _, out = _run(z, *args, "--num-workers", 0, "--checkpoint-every", 9, "--resume")
     assert "finished at step 36" in out
     steps = _steps(tmp_path / "consumed.txt")
     assert sorted(steps) == list(range(1, 37))

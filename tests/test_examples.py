@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import run_example
+from conftest import run_example, run_script
 
 from robo_resume import ChunkedEpisodeDataset
 from robo_resume.audit import consume
@@ -39,8 +39,8 @@ def steps(path):
     return out
 
 
-@pytest.mark.slow(17)
-def test_train_policy_crash_and_resume(tmp_path):
+@pytest.mark.slow(5)
+def test_train_policy_crash_and_resume(tmp_path, script_zygote):
     """Crash after step 7 (last checkpoint: step 5), resume: the uninterrupted order exactly.
 
     The uninterrupted order is computed in this process (the example's dataset and loader:
@@ -48,9 +48,12 @@ def test_train_policy_crash_and_resume(tmp_path):
     example: the crashed run's steps 1-7 are themselves uninterrupted and must agree with it.
     """
     crash = tmp_path / "crash"  # no --root: the example writes its own dataset there
-    r = run(EXAMPLES / "train_policy.py", "--workdir", crash, "--stop-at-step", "7", ok=False)
-    assert r.returncode == 1 and "crashing after step 7 (last checkpoint: step 5)" in r.stdout
-    run(EXAMPLES / "train_policy.py", "--workdir", crash, "--resume")
+    script = EXAMPLES / "train_policy.py"
+    # each run forked from a zygote that imported torch and robo_resume (conftest.run_script)
+    code, out, err = run_script(script_zygote, script, "--workdir", crash, "--stop-at-step", "7")
+    assert code == 1 and "crashing after step 7 (last checkpoint: step 5)" in out, err[-3000:]
+    code, out, err = run_script(script_zygote, script, "--workdir", crash, "--resume")
+    assert code == 0, out[-2000:] + err[-3000:]
     make = functools.partial(
         ChunkedEpisodeDataset, crash / "dataset", batch_size=8, seed=0, chunk_frames=16
     )

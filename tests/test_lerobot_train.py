@@ -70,11 +70,15 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def zygotes(tmp_path_factory):
-    """Two zygotes (tests/train_zygote.py), hash seeds 1 and 2, started on first use and ended
-    with the module."""
+    """Two zygotes (tests/train_zygote.py), hash seeds 1 and 2, both started here and ended
+    with the module. Every test that takes them runs in both (the accelerate test forks from
+    the second only, after its torchrun run, which the imports overlap), so the second imports
+    while the first's run trains instead of after it."""
     base = tmp_path_factory.mktemp("zygotes")
     pair = tuple(Zygote(seed, env_for(None), base / f"zygote{seed}.err") for seed in (1, 2))
     try:
+        for z in pair:
+            z.launch()
         yield pair
     finally:
         for z in pair:
@@ -195,7 +199,7 @@ def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) ->
     assert "Traceback" not in text
 
 
-@pytest.mark.slow(67)
+@pytest.mark.slow(55)
 def test_kill_resume_bit_identical(data, zygotes):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit.
 

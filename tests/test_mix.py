@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import run_example
+from conftest import run_example, run_script
 
 from robo_resume import DatasetFormatError, ResumeStateError
 from robo_resume.mix import MixedDataset, MixSource
@@ -276,13 +276,12 @@ def test_key_mapping_renames_cameras_v30_and_v21(factory):
     assert seen == {0, 1}
 
 
-def _run(*args, ok=True):
-    r = subprocess.run(
-        [sys.executable, *map(str, args)], capture_output=True, text=True, timeout=300
-    )
+def _run(zygote, *args, ok=True):
+    """``python ARGS`` forked from ``zygote`` (conftest.run_script): (code, stdout)."""
+    code, out, err = run_script(zygote, *args, timeout=300)
     if ok:
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    return r
+        assert code == 0, out[-2000:] + err[-3000:]
+    return code, out
 
 
 def _steps(path):
@@ -294,16 +293,17 @@ def _steps(path):
     return out
 
 
-@pytest.mark.slow(17)
-def test_mix_train_val_example_crash_and_resume(tmp_path, capsys):
+@pytest.mark.slow(8)
+def test_mix_train_val_example_crash_and_resume(tmp_path, capsys, script_zygote):
     """The uninterrupted run in this process (the example's main), the crashed and the resumed
-    run as ``python examples/mix_train_val.py``: the resume starts from the files alone."""
+    run as ``python examples/mix_train_val.py`` (each forked from a zygote that imported torch
+    and robo_resume, conftest.run_script): the resume starts from the files alone."""
     full, crash = tmp_path / "full", tmp_path / "crash"
     script = EXAMPLES / "mix_train_val.py"
     want_out = run_example("mix_train_val.py", "--workdir", full, capsys=capsys)
-    r = _run(script, "--workdir", crash, "--stop-at-step", "10", ok=False)
-    assert r.returncode == 1 and "crashing after step 10 (last checkpoint: step 8)" in r.stdout
-    got_out = _run(script, "--workdir", crash, "--resume").stdout
+    code, out = _run(script_zygote, script, "--workdir", crash, "--stop-at-step", "10", ok=False)
+    assert code == 1 and "crashing after step 10 (last checkpoint: step 8)" in out
+    _, got_out = _run(script_zygote, script, "--workdir", crash, "--resume")
     want = {s: v[0] for s, v in _steps(full / "consumed.txt").items()}
     got = _steps(crash / "consumed.txt")
     assert {s: v[-1] for s, v in got.items()} == want  # what was trained equals the full run
