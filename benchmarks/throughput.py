@@ -476,7 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTHONWARNINGS", "ignore")  # workers: lerobot's torchvision notice
     logging.getLogger("robo_resume").setLevel(logging.WARNING)
 
-    wide = (args.tuning or {}).get("interleave", 4) >= BATCH
+    from robo_resume import StreamTuning
+
+    wide = StreamTuning(**(args.tuning or {})).interleave >= BATCH
     if wide and not args.quick and (args.warmup < 8 or args.batches < 128):
         progress(
             f"note: interleave >= batch size {BATCH} reads ahead (up to 16 frames of an open "

@@ -221,7 +221,7 @@ class EpisodeRangeReader:
         frames = frames[:m]
         query, pads = self._windows(frames)
         try:
-            windowed = {c: self._held_windows(c, query[c], frames) for c in cams if c in delta}
+            windowed = {c: self._images(c, query[c], frames, hold=True) for c in cams if c in delta}
             cols = self._columns(frames, query, pads, {})
         except BROKEN_DATA_ERRORS:
             return 0, {}  # nothing ahead: read later, the same read fails the same way
@@ -324,11 +324,14 @@ class EpisodeRangeReader:
         q: np.ndarray | None,
         frames: np.ndarray,
         into: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> np.ndarray:
+        *,
+        hold: bool = False,
+    ) -> np.ndarray | HeldWindows:
         """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``.
 
         With ``into = (buffer, rows)`` they are written to ``buffer[rows]`` instead (and
-        ``buffer`` is returned)."""
+        ``buffer`` is returned). ``hold`` (a camera with a window, for read-ahead): the
+        windows as a :class:`HeldWindows` (each distinct frame once), not materialised."""
         ref = self.ep.videos[cam]
         wanted = q if q is not None else frames
         run = None  # the places of a window sliding over consecutive frames (see window_run)
@@ -362,21 +365,9 @@ class EpisodeRangeReader:
         )
         if q is None:
             return decoded
-        picked = decoded[np.searchsorted(uniq, wanted)]  # (n, w, 3, H, W)
-        return picked[:, 0] if picked.shape[1] == 1 else picked  # lerobot squeezes one frame
-
-    def _held_windows(self, cam: str, q: np.ndarray, frames: np.ndarray) -> HeldWindows:
-        """A windowed camera's frames for read-ahead: the distinct frames ``q`` shows, decoded
-        once, and each place's frame (:meth:`_images` without the windows materialised)."""
-        uniq = np.unique(q)
-        times = self.ep.videos[cam].from_timestamp + self.timestamps[uniq - self.lo]
-        decoded = self._video(cam).frames_at(
-            times,
-            tolerance_s=self.builder.options.tolerance_s,
-            frame_numbers=uniq.tolist(),
-            channels_first=True,
-        )
-        return HeldWindows(decoded, np.searchsorted(uniq, q), q.shape[1] == 1)
+        # lerobot squeezes a one-frame window to (n, 3, H, W)
+        held = HeldWindows(decoded, np.searchsorted(uniq, q), q.shape[1] == 1)
+        return held if hold else held.array()
 
 
 def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
