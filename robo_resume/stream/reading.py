@@ -36,7 +36,7 @@ from ..stream.blocks import (
     _torch_threads,
 )
 from ..stream.group_read import GroupRead, _Overlap
-from ..stream.lifetime import bind_to_trainer
+from ..stream.lifetime import bind_to_trainer, freeze_inherited
 from ..stream.read_ahead import frames_ahead, held_bytes
 from ..stream.tuning import SKIP_ERRORS
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
@@ -122,6 +122,7 @@ class _Reading:
 
     def _start_stream(self) -> StreamRun:
         bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
+        freeze_inherited()  # and its full collections skip what it inherited
         info = get_worker_info()
         num_workers = info.num_workers if info is not None else 0
         worker = info.id if info is not None else 0
@@ -354,6 +355,7 @@ class _Reading:
         stream's ``resume:`` line.
         """
         bind_to_trainer()
+        freeze_inherited()
         layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
