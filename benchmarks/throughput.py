@@ -16,9 +16,16 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), ``--repea
 - ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, one FFmpeg
   thread per decoder as in robo_resume) over the same episodes' videos, no dataset around it.
 
-Each measurement starts the loader, discards ``--warmup`` batches (worker start-up, first seeks)
-and times the next ``--batches`` batches. The ceiling decodes at least ``--ceiling-frames``
-frames per measurement (short decode runs were the noisiest numbers on this shared machine).
+Each measurement starts the loader, discards ``--warmup`` batches (worker start-up, first seeks),
+runs ``gc.collect()`` and times the next ``--batches`` batches; the ceiling collects before it
+starts too. Start-up (building datasets and loaders, imports) leaves objects that make the next
+full collection due: without the collect it came at about batch 82 of a 0-worker loader on (a)
+(84 ms, about 6% of a 128-batch window) and after that not again in 1,500 batches, so it fell
+into some timed windows and not others, and never into the ceiling's, which allocates little.
+The workers' own full collections are the library's business (``gc.freeze`` at a worker's
+start, robo_resume/stream/lifetime.py) and are not touched here. The ceiling decodes at least
+``--ceiling-frames`` frames per measurement (short decode runs were the noisiest numbers on this
+shared machine).
 
 Repeats look at different parts of the data: repeat ``r``'s loaders all start at the same batch
 of epoch 0, spread evenly over the epoch (the first at batch 0, the last ending at the epoch's
@@ -63,6 +70,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import gc
 import itertools
 import json
 import logging
@@ -132,6 +140,7 @@ def _drain(loader, warmup: int, batches: int, first: list[int] | None = None) ->
     it = iter(loader)
     for _ in range(warmup):
         next(it)
+    gc.collect()  # start-up's pending full collection, not the timed window's (module docstring)
     frames = 0
     t = time.perf_counter()
     for k in range(batches):
@@ -236,6 +245,7 @@ def run_ceiling(case: Case, frames: int, episodes: list[int] | None = None) -> f
 
     eps = episodes or case.episodes or [e.episode_index for e in case.meta.episodes]
     share = -(-frames // len(eps))
+    gc.collect()  # as before every loader's timed window
     t = time.perf_counter()
     done = 0
     for e in eps:
