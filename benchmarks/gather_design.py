@@ -19,7 +19,8 @@ library, so that the next step is decided on numbers:
 
 The three alternate in one process, ``--rounds`` times (the machine has slow and fast phases
 that separate runs mix); each prints its time per sample (median and best of the rounds) and
-its ratio to the ceiling of the same round (median and range) and best over best.
+its ratio to the ceiling of the same round (median and range) and best over best; both
+read paths start at the beginning of epoch 0 and are timed after :data:`WARMUP` batches.
 ``--check N`` first compares the sketch's first ``N`` batches with the loader's, key by key
 (``task`` strings aside: the sketch compares before ``ItemBuilder.finish``), and exits 1 on
 a difference: the numbers are only worth reading for the same batches.
@@ -237,7 +238,13 @@ def check(case, tuning: dict, delta: bool, batches: int) -> int:
     return bad
 
 
+WARMUP = 3
+"""Batches taken before timing (first opens and seeks), as ``throughput.py``'s ``--warmup``."""
+
+
 def _time(it, batches: int) -> float:
+    for _ in range(WARMUP):
+        next(it)
     gc.collect()
     t = time.perf_counter()
     for _ in range(batches):
@@ -254,7 +261,7 @@ def measure(case, tuning: dict, delta: bool, rounds: int, batches: int) -> dict:
         loader = iter(_dataset(case, tuning, delta).dataloader(num_workers=0))
         out["loader"].append(_time(loader, batches))
         del loader
-        sketch = Gather(_dataset(case, tuning, delta)).batches(batches)
+        sketch = Gather(_dataset(case, tuning, delta)).batches(WARMUP + batches)
         out["gather"].append(_time(sketch, batches))
         del sketch
         progress(f"round {r + 1}/{rounds} done")
