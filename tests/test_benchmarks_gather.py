@@ -6,7 +6,6 @@ the same batches, which its ``--check`` compares key by key. Timings are never a
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +42,7 @@ def test_gather_design_quick(data_dir: Path, capsys: pytest.CaptureFixture[str],
 
 @pytest.mark.timeout(120)
 def test_the_check_sees_one_wrong_window_frame(data_dir: Path, monkeypatch) -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # put back after the test
     import gather_design as G
     import throughput as T
 
