@@ -28,8 +28,9 @@ a difference: the numbers are only worth reading for the same batches.
 It is a sketch, not a loader: stream 0 of ``num_workers=0``, epoch 0 from position 0, no
 ``on_error="skip"``, no cursors or resume state, no read in the background; it uses the
 package's internals (``ds.schedule``, ``ds.items``, ``EpisodeRangeReader._windows`` and
-``_columns``). Memory: the held ring keeps ``2 * interleave`` slot ranges per camera (96x96,
-interleave 32, batch 32, windows [-1, 0]: 33 frames each, about 60 MB for 2 cameras).
+``_columns``). Memory: the held ring keeps ``2 * interleave + 2`` slot ranges per camera (96x96,
+interleave 32, batch 32, windows [-1, 0]: 66 ranges of 33 frames, about 60 MB per camera,
+of which only the ranges in use are touched).
 
 Run: ``python benchmarks/gather_design.py [--dataset a] [--tuning '{"interleave": 32,
 "interleave_order": "spread"}'] [--rounds 8] [--batches 150] [--no-delta] [--check 180]``;
@@ -115,21 +116,21 @@ class Gather:
             rb, fb = r_all[: self.batch], f_all[: self.batch]
             queue_r, queue_f = [r_all[self.batch :]], [f_all[self.batch :]]
             queued -= self.batch
-            used = np.unique(rb)
+            used, taken = np.unique(rb, return_counts=True)
             last = {r: int(f) for r, f in zip(rb.tolist(), fb.tolist(), strict=True)}
             for r in used.tolist():
                 if last[r] >= held[r]["cols"][1]:
                     first = int(fb[rb == r][0])
                     self._read(r, held[r], first)
             yield self._gather(rb, fb, held)
-            for r, n in zip(*np.unique(rb, return_counts=True), strict=True):
-                h = held[int(r)]
-                h["left"] -= int(n)
+            for r, n in zip(used.tolist(), taken.tolist(), strict=True):
+                h = held[r]
+                h["left"] -= n
                 if h["left"] == 0:
                     if h["reader"] is not None:
                         h["reader"].close()
-                    del held[int(r)]
-                    free.append(int(r))
+                    del held[r]
+                    free.append(r)
 
     def _grow(self) -> int:
         """One more region in every ring and column table; its number."""
@@ -144,13 +145,13 @@ class Gather:
     def _gather(self, rb: np.ndarray, fb: np.ndarray, held: dict) -> dict:
         items = self.items
         hs = [held[r] for r in rb.tolist()]
+        last = np.array([h["length"] for h in hs])[:, None] - 1  # each row's episode's last frame
+        start = np.array([h["imgs"][0] for h in hs])[:, None]  # first camera frame held
         out = {}
         for c in self.cams:
             d, _, _ = items.window_offsets.get(c, (np.zeros((1, 1), np.int64), 0, 0))
-            length = np.array([h["length"] for h in hs])
-            q = np.clip(fb[:, None] + d, 0, length[:, None] - 1)
-            start = np.array([h["imgs"][0] for h in hs])
-            g = self.rings[c][rb[:, None] * self.slots + (q - start[:, None])]
+            q = np.clip(fb[:, None] + d, 0, last)
+            g = self.rings[c][rb[:, None] * self.slots + (q - start)]
             out[c] = g if c in items.window_offsets else g[:, 0]
         start = np.array([h["cols"][0] for h in hs])
         at = rb * self.span + (fb - start)
