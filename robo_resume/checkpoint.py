@@ -12,13 +12,13 @@ loads safely) and :func:`save_state` (the data
    never a mix) and ``fsync`` the folder so the rename itself survives a power loss.
 
 A process killed (SIGKILL, OOM, preemption) in steps 1-2 leaves its temporary file behind; the
-target is untouched. **Leftover cleanup:** every save, once its own temporary file is created
-and locked, deletes the temporary siblings of the same target whose writer is gone. A writer is
-gone when its file's ``flock`` can be taken (the kernel drops the lock when the process dies),
-so a save running at the same time in another process is never disturbed. Hence, with one
-process saving a target, at most one leftover per target exists (from the last crash), and
-none once a save completes. On platforms without ``fcntl`` (Windows), leftovers older than
-:data:`STALE_TMP_AGE_S` are deleted instead.
+target is untouched. **Leftover cleanup:** every save, before it creates its own temporary
+file, deletes the temporary siblings of the same target whose writer is gone. A writer is gone
+when its file's ``flock`` can be taken (the kernel drops the lock when the process dies), so a
+save running at the same time in another process is never disturbed. Hence, with one process
+saving a target, at most one leftover per target exists (from the last crash, wherever in the
+save it landed, the cleanup included), and none once a save completes. On platforms without
+``fcntl`` (Windows), leftovers older than :data:`STALE_TMP_AGE_S` are deleted instead.
 """
 
 from __future__ import annotations
@@ -71,8 +71,12 @@ def _new_locked_tmp(path: Path) -> tuple[int, str]:
         os.close(fd)
 
 
-def _remove_stale_tmps(path: Path, keep: str) -> int:
-    """Delete temporary siblings of ``path`` whose writer is gone; returns how many."""
+def _remove_stale_tmps(path: Path) -> int:
+    """Delete temporary siblings of ``path`` whose writer is gone; returns how many.
+
+    Called before the save creates its own temporary file: a crash during the cleanup then
+    leaves no more leftovers than there were, and a crash after it leaves one.
+    """
     removed = 0
     prefix = _tmp_prefix(path)
     try:
@@ -82,8 +86,6 @@ def _remove_stale_tmps(path: Path, keep: str) -> int:
     now = time.time()
     for name in names:
         other = os.path.join(path.parent, name)
-        if other == keep:
-            continue
         try:
             if fcntl is None:
                 if now - os.stat(other).st_mtime > STALE_TMP_AGE_S:
@@ -116,10 +118,10 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmps(path)
     fd, tmp = _new_locked_tmp(path)
     try:
         with os.fdopen(fd, "wb") as f:  # closing f releases the lock after the rename
-            _remove_stale_tmps(path, keep=tmp)
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -266,6 +266,28 @@ def test_cleanup_spares_live_writers_and_removes_dead_ones(tmp_path):
     assert sorted(os.listdir(tmp_path)) == [".other.pt.dead.tmp", "ckpt.pt"]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="flock-based cleanup is POSIX only")
+def test_dead_writers_leftovers_are_gone_before_the_save_creates_its_own(tmp_path, monkeypatch):
+    # A save killed after creating its temporary file but before cleaning up would otherwise
+    # leave two leftovers (the old one and its own): the cleanup must come first.
+    import tempfile
+
+    path = save_checkpoint({"step": 1}, tmp_path / "ckpt.pt")
+    (tmp_path / ".ckpt.pt.dead.tmp").write_bytes(b"x")  # a killed writer's: no lock held
+    seen = []
+    real_mkstemp = tempfile.mkstemp
+
+    def spy(*args, **kwargs):
+        seen.append(sorted(n for n in os.listdir(tmp_path) if n.endswith(".tmp")))
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", spy)
+    save_checkpoint({"step": 2}, path)
+    assert seen == [[]], f"leftovers still there when the save created its own file: {seen}"
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
+    assert load_checkpoint(path) == {"step": 2}
+
+
 # --------------------------------------------------------------------------- SIGKILL while saving
 
 # A "zygote" imports torch once and forks one saver per round (a fresh interpreter per round
