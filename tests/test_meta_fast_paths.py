@@ -188,9 +188,10 @@ def test_forked_workers_inherit_the_decoder_library(tmp_path):
     video = make_dataset(tmp_path / "video", episode_lengths=(9, 7), num_cameras=1).root
     plain = make_dataset(tmp_path / "plain", episode_lengths=(9, 7), num_cameras=0).root
     code = (
-        "import sys, robo_resume\n"
+        "import os, sys, robo_resume\n"
         "def seen(_):\n"
-        "    print('worker', 'av' in sys.modules, flush=True)\n"
+        # one write per line (atomic on a pipe): two workers' prints could interleave
+        "    os.write(1, f\"worker {'av' in sys.modules}\\n\".encode())\n"
         "for root in sys.argv[1:]:\n"
         "    ds = robo_resume.ChunkedEpisodeDataset(root, batch_size=4)\n"
         "    loader = ds.dataloader(num_workers=2, multiprocessing_context='fork', "
