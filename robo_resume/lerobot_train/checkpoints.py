@@ -95,6 +95,23 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def remove_leftovers(parent: Path) -> list[str]:
+    """Remove what killed :func:`save_atomic` calls left in the checkpoints folder ``parent``.
+
+    Only the hidden names a save makes: ``.STEP.partial-PID`` and ``.STEP.old-PID`` folders and
+    ``.last.PID`` links (never ``last``, which names a complete checkpoint). Returns the
+    names removed, sorted. Only the main process saves, so none of them is in use.
+    """
+    removed = []
+    for stale in (*parent.glob(".*.partial-*"), *parent.glob(".*.old-*"), *parent.glob(".last.*")):
+        if stale.is_symlink() or not stale.is_dir():
+            stale.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(stale, ignore_errors=True)
+        removed.append(stale.name)
+    return sorted(removed)
+
+
 def save_atomic(
     final: Path,
     *,
@@ -118,14 +135,17 @@ def save_atomic(
     rename must not reach the disk before the data); (3) rename over an older ``STEP`` (a
     checkpoint of the same step, e.g. written again after a resume, is moved aside first);
     (4) replace ``last`` by renaming a new link over it (atomic, unlike unlink + symlink).
+    A kill leaves at most hidden names behind: ``.STEP.partial-PID``, ``.STEP.old-PID`` (killed
+    between the two renames of step 3; ``last`` still names an earlier, complete checkpoint)
+    and ``.last.PID`` (killed before its rename); every save first removes them all
+    (:func:`remove_leftovers`).
     """
     from lerobot.common.train_utils import save_checkpoint
     from safetensors.torch import save_file
 
     parent = final.parent
     parent.mkdir(parents=True, exist_ok=True)
-    for stale in parent.glob(".*.partial-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_leftovers(parent)
     tmp = parent / f".{final.name}.partial-{os.getpid()}"
     save_checkpoint(
         checkpoint_dir=tmp,
