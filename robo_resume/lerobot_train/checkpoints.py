@@ -95,21 +95,18 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def remove_leftovers(parent: Path) -> list[str]:
+def remove_leftovers(parent: Path) -> None:
     """Remove what killed :func:`save_atomic` calls left in the checkpoints folder ``parent``.
 
     Only the hidden names a save makes: ``.STEP.partial-PID`` and ``.STEP.old-PID`` folders and
-    ``.last.PID`` links (never ``last``, which names a complete checkpoint). Returns the
-    names removed, sorted. Only the main process saves, so none of them is in use.
+    ``.last.PID`` links (never ``last``, which names a complete checkpoint). Only the main
+    process saves, so none of them is in use.
     """
-    removed = []
     for stale in (*parent.glob(".*.partial-*"), *parent.glob(".*.old-*"), *parent.glob(".last.*")):
         if stale.is_symlink() or not stale.is_dir():
             stale.unlink(missing_ok=True)
         else:
             shutil.rmtree(stale, ignore_errors=True)
-        removed.append(stale.name)
-    return sorted(removed)
 
 
 def save_atomic(
