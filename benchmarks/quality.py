@@ -26,8 +26,10 @@ Cases (``--cases``):
   whose colour its gripper (blue open, yellow closed). ``reach-mlp``: an MLP on the state and
   environment state; ``reach-cnn``: a small CNN (4 strided convolutions of 16-64 channels, an
   MLP head of 256) on the camera and the arm state only, so that the object and the target
-  are seen only in the image. Writing the full dataset takes about 2 minutes here (the time is
-  printed and stored in the JSON; lerobot's AV1 encoding is most of it).
+  are seen only in the image. Writing the full dataset (40,178 frames) took 242 s on this
+  2-core machine while other jobs ran (rendering, lerobot's frame checks and its AV1 encoding
+  on a background thread; the time is printed and stored in the JSON as ``write_seconds``),
+  the quick one 3 s. lerobot's encoder prints a line per video file on stderr.
 
 Every dataset is split by episode, ``Split((0.88, 0.12), index=0, seed=0)`` for training (the
 loader's ``episodes=``) and ``index=1`` for validation.
@@ -50,9 +52,10 @@ batches. It is then checked against the real loader: the first ``--check-batches
 (all of them with ``--quick``) of ``ds.dataloader(num_workers=W)`` (with ``delta_timestamps``
 for the 16-step action chunk) must have the same ``index`` values, and their state, action
 chunk, ``_is_pad`` mask (and, for the CNN, uint8 image) must equal the in-memory rows the
-training uses, exactly (``torch.equal``); any difference stops the benchmark. The JSON records
-the batches checked. Two orders that give the same batches for a seed (e.g. ``default`` and
-``fast`` when the default tuning is ``fast``'s) are trained once; the JSON names the twin.
+training's tensors are computed from, exactly (``torch.equal``); any difference stops the
+benchmark. The JSON records the batches checked (``loader_check_batches``). Two orders that
+give the same batches for a seed (e.g. ``default`` and ``fast`` when the default tuning is
+``fast``'s) are trained once; the JSON names the twin (``same_order_as``).
 
 Training data: every frame's columns are read once into memory (pyarrow; for the CNN the camera
 decoded once, uint8, through ``StreamTuning.evaluation()``), so every order indexes the same
@@ -60,15 +63,21 @@ tensors. Training: AdamW (lr 1e-3, weight decay 1e-4), batch 32, ``--steps`` ste
 ``constant`` or ``cosine`` (100 linear warm-up steps, then cosine to 0); masked MSE on
 normalised actions (mean and std of the training frames; the padded steps past an episode's
 end masked out), inputs normalised likewise (images /255). One torch thread per run, ``--jobs``
-runs at once (forked processes).
+runs at once in training processes (fresh interpreters running this script with
+``--train-worker``, the arrays handed over as ``.npy`` files in a temporary folder, the images
+memory-mapped; not forks of this process, which has run DataLoaders and PyAV and pyarrow
+threads), each warmed up first (torch's one-time start-up is not counted in a run's time).
 
 Run: ``python benchmarks/quality.py [--cases open50,reach-mlp,reach-cnn] [--seeds 3]
 [--steps 3000] [--lr constant,cosine] [--workers 0,2] [--jobs 2] [--orders NAME=JSON ...]
-[--json out/quality.json]``. Everything takes hours on a 2-core machine (a 4-layer MLP step at
-batch 32 is about 6 ms, a CNN step tens of ms); ``--cases open50 --seeds 3 --lr constant
---workers 0`` takes about 10 minutes. ``--quick``: the small reach dataset, 40 steps, 1 seed,
-constant lr, 0 workers, orders uniform/default/fast, every case, every batch checked against
-the loader (used by the tests).
+[--json out/quality.json]``. Everything takes about an hour and a half on a 2-core machine
+(a 4-layer MLP step at batch 32 is about 6 ms, a step of the CNN about 70 ms while other jobs
+ran, and the CNN's evaluation passes over all frames add about a third; reach-cnn is most of
+the time); ``--cases open50 --seeds 3 --lr constant --workers 0`` (9 runs,
+``default`` and ``fast`` being the same order) took 208 s while other jobs ran. ``--quick``:
+the small reach dataset, 40 steps, 1 seed, constant lr, 0 workers, orders uniform/default/fast,
+every case, every batch checked against the loader (used by the tests; 33 s here, with the
+reach dataset to write and other jobs running).
 """
 
 from __future__ import annotations
@@ -697,6 +706,24 @@ def train_run(
     return {"val": val, "train": train, "seconds": time.perf_counter() - t0}
 
 
+def warm_up() -> None:
+    """A few steps of both policies on tiny random data: the first run in a process pays torch's
+    one-time start-up (about 2.5 s here), which would otherwise count in its wall time."""
+    rng = np.random.default_rng(0)
+    n = 8
+    data = {
+        "x": rng.normal(size=(n, 4)).astype(np.float32),
+        "y": rng.normal(size=(n, 8)).astype(np.float32),
+        "mask": np.ones((n, 8), dtype=np.float32),
+        "train_idx": np.arange(n),
+        "val_idx": np.arange(n),
+    }
+    batches = [np.arange(4)] * 4
+    train_run(data, "mlp", batches, 0, "cosine")
+    data["image"] = rng.integers(0, 255, size=(n, 3, 32, 32), dtype=np.uint8)
+    train_run(data, "cnn", batches, 0, "cosine")
+
+
 # -- training processes: fresh interpreters, the frames memory-mapped from .npy files -----------
 REPLY = "@quality-result "  # a worker's reply line on its stdout (other lines go to stderr)
 
@@ -733,6 +760,7 @@ def train_worker() -> int:
     import torch
 
     torch.set_num_threads(1)
+    warm_up()
     cache: dict[str, dict[str, Any]] = {}
     out = sys.stdout
     sys.stdout = sys.stderr  # anything a library prints stays off the reply channel
@@ -754,13 +782,15 @@ def train_worker() -> int:
 
 class TrainPool:
     """``processes`` training processes (``python quality.py --train-worker``, one torch thread
-    each), started on first use and kept for every case; ``close()`` ends them. A fresh
+    each), started at once (they import torch and warm up while this process loads the data)
+    and kept for every case; ``close()`` ends them. A fresh
     interpreter, not a fork of this process: this one has run DataLoaders, PyAV and pyarrow
     threads (a fork of a multi-threaded process may deadlock)."""
 
     def __init__(self, processes: int) -> None:
         self.processes = processes
         self.procs: list = []
+        self._start()
 
     def _start(self) -> None:
         import subprocess
@@ -783,8 +813,6 @@ class TrainPool:
         result)`` as each finishes. Returns the results in job order."""
         import selectors
 
-        if not self.procs:
-            self._start()
         results: list[dict | None] = [None] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         sel = selectors.DefaultSelector()
@@ -927,6 +955,7 @@ def run_case(case: Case, args, orders: dict[str, dict[str, Any]], pool, tmp: Pat
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
+            warm_up()
             out = []
             for i, (order, s, lr) in enumerate(jobs):
                 out.append(train_run(d, case.model, order, s, lr))
