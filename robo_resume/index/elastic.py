@@ -8,7 +8,7 @@ schedule (:mod:`robo_resume.index.schedule`):
    interrupted run (all ranks, after the tracker's gather). Let ``X`` be the newest epoch a
    cursor stands in. What a stream has left is a pure function of its cursor: the frames of
    its stream-epoch from ``position`` on (in a partially emitted group, per segment the frames
-   after the ``np.bincount(group.order[:offset])`` already emitted, then every later group),
+   not yet emitted, :meth:`~robo_resume.index.groups.Group.leftover`, then every later group),
    and, when the stream stands before ``X`` (infinite mode, or a stream that finished epoch
    ``X - 1`` before its first batch of ``X``), all of its stream-epochs up to ``X``. The
    leftovers of all old streams, in global stream order, form one sequence of segments
@@ -58,17 +58,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ResumeStateError, describe
+from .groups import Group, frame_starts, group_bounds, make_group
 from .plan import Chunk, Plan
 from .schedule import (
-    Group,
     Schedule,
     ScheduleConfig,
     Segment,
     Topology,
-    group_order,
     stream_lengths,
 )
-from .schedule import _group_starts as group_starts
 from .segments import NO_EPOCH, Segments
 
 __all__ = [
@@ -148,24 +146,32 @@ class Remainder:
             segs = segs[self._rng(_REMAINDER, self.level, stream).permutation(len(segs))]
         return segs
 
-    def _starts_uncached(self, stream: int) -> np.ndarray:
-        return group_starts(self.segments(stream).lengths, self.config.interleave)
+    def _starts_uncached(self, stream: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(segment bounds, stream positions)`` where each group of the stream starts."""
+        lengths = self.segments(stream).lengths
+        bounds = group_bounds(lengths, interleave=self.config.interleave, window=self.config.window)
+        return bounds, frame_starts(lengths, bounds)
 
     def group(self, stream: int, index: int) -> Group:
-        """Group ``index`` of the stream, with its seeded interleave order."""
-        size = self.config.interleave
-        members = self.segments(stream).objects(index * size, (index + 1) * size)
+        """Group ``index`` of the stream, with its seeded order of frames."""
+        bounds, starts = self._starts(stream)
+        a, b = int(bounds[index]), int(bounds[index + 1])
+        members = self.segments(stream).objects(a, b)
         rng = (
             self._rng(_REMAINDER_GROUP, self.level, stream, index) if self.config.shuffle else None
         )
-        order = group_order([m.length for m in members], self.config.interleave_order, rng)
-        return Group(members, order, int(self._starts(stream)[index]))
+        return make_group(members, self.config.interleave_order, rng, int(starts[index]))
+
+    def group_segments(self, stream: int, index: int) -> tuple[int, int]:
+        """Rows ``[a, b)`` of :meth:`segments` that group ``index`` holds."""
+        bounds = self._starts(stream)[0]
+        return int(bounds[index]), int(bounds[index + 1])
 
     def iter_groups(self, stream: int, position: int) -> Iterator[tuple[Group, int]]:
         """Groups from the one holding ``position`` on; the int is the offset in the first."""
         if position >= self.lengths[stream]:
             return
-        starts = self._starts(stream)
+        starts = self._starts(stream)[1]
         g = int(np.searchsorted(starts, position, side="right")) - 1
         yield self.group(stream, g), position - int(starts[g])
         for k in range(g + 1, len(starts) - 1):
@@ -225,31 +231,25 @@ class Layout:
 
     def _rest_of(self, epoch: int, stream: int, position: int) -> Segments:
         """What a stream-epoch has left from ``position``: in the group holding it, per segment
-        the frames after the ``np.bincount(order[:offset])`` emitted; then every later segment.
+        the runs of frames not yet emitted (:meth:`Group.leftover`); then every later segment.
         Each segment carries the epoch it belongs to (its own label in a remainder)."""
         if position >= self.length(epoch, stream):
             return Segments.empty()
         if self.remainder is not None and epoch == self.remainder.epoch:
             rem = self.remainder
-            segs, starts = rem.segments(stream), rem._starts(stream)
+            segs, (bounds, starts) = rem.segments(stream), rem._starts(stream)
             group = functools.partial(rem.group, stream)
         else:
             sched = self.schedule
-            segs, starts = sched.segments(epoch, stream), sched._group_starts(epoch, stream)
+            segs = sched.segments(epoch, stream)
+            bounds, starts = sched._group_starts(epoch, stream)
             group = functools.partial(sched.group, epoch, stream)
         g = int(np.searchsorted(starts, position, side="right")) - 1
-        size = self.schedule.config.interleave
         grp = group(g)
-        done = np.bincount(grp.order[: position - int(starts[g])], minlength=len(grp.segments))
-        rows = segs[g * size :]
-        done = np.concatenate((done, np.zeros(len(rows) - len(done), dtype=np.int64)))
-        left = done < rows.lengths
-        rows, done = rows[np.flatnonzero(left)], done[left]
-        return rows.replace(
-            start=rows.start + done,
-            dataset_from_index=rows.dataset_from_index + done,
-            epoch=np.where(rows.epoch == NO_EPOCH, epoch, rows.epoch),
+        rows = Segments.concat(
+            [grp.leftover(position - int(starts[g])), segs[int(bounds[g + 1]) :]]
         )
+        return rows.replace(epoch=np.where(rows.epoch == NO_EPOCH, epoch, rows.epoch))
 
     def view(self, epoch: int, stream: int) -> _View:
         """An object with ``frames_per_stream`` and ``iter_groups`` for one stream-epoch."""

@@ -14,8 +14,11 @@ Per epoch ``e``:
    exactly one stream instead: consecutive pieces of :func:`stream_lengths` frames, which may
    differ by up to a batch (see there). Chunks cut by a stream boundary become two *segments*;
 3. each stream's segments are shuffled from ``(seed, e, s)`` (the per-worker shuffle);
-4. consecutive runs of ``interleave`` segments form a *group*; a group's frames are emitted in a
-   seeded random interleaving that keeps every segment in frame order (sequential decoding).
+4. consecutive segments form *groups* (:mod:`robo_resume.index.groups`): runs of
+   ``interleave`` segments whose frames are emitted in a seeded interleaving that keeps every
+   segment in frame order (the interleave order: sequential decoding), or, with a ``window``,
+   runs of about ``window`` frames emitted in a seeded uniform permutation (the shuffle order,
+   the default: a shuffle window of short chunks from anywhere in the epoch).
 
 Positions are found with prefix sums and ``searchsorted``: the cost of locating position ``p``
 is bounded by the number of segments of one stream-epoch plus one group, whatever ``p`` is.
@@ -47,11 +50,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .groups import (
+    GROUP_ORDERS,
+    INTERLEAVE_ORDERS,
+    Group,
+    frame_starts,
+    group_bounds,
+    group_order,
+    make_group,
+)
 from .plan import Chunk, Plan
 from .segments import NO_EPOCH, Segment, Segments
 from .topology import Topology, _positive_int, _ranks_apart, stream_lengths
 
 __all__ = [
+    "GROUP_ORDERS",
     "INTERLEAVE_ORDERS",
     "Group",
     "Location",
@@ -60,43 +73,11 @@ __all__ = [
     "Segment",
     "Segments",
     "Topology",
+    "group_order",
     "stream_lengths",
 ]
 
 _PERMUTE, _STREAM, _GROUP = 1, 2, 3  # purpose tags in the seed's spawn key
-
-INTERLEAVE_ORDERS = ("random", "rounds", "spread")
-"""How a group's frames are interleaved (:func:`group_order`)."""
-
-
-def group_order(lengths: Sequence[int], mode: str, rng: np.random.Generator | None) -> np.ndarray:
-    """The segment (0..k-1) that emits each frame of a group whose segments have ``lengths``.
-
-    Every segment emits its frames in frame order, ``lengths[j]`` of them. ``"random"``: a
-    seeded permutation of all the group's frames (a segment may emit several frames in a
-    row). ``"rounds"``: round ``r`` holds the ``r``-th frame of every segment that has one, in a
-    seeded order per round, so ``k`` consecutive positions come from up to ``k`` different
-    segments: a batch of ``B`` frames spreads over about ``min(B, k)`` chunks (README, "Batch
-    diversity"). ``"spread"``: every segment's frames are spaced evenly over the whole group,
-    frame ``i`` of a segment of ``L`` frames at ``(i + u) / L`` of the group's length (``u`` a
-    seeded phase per segment in ``[0, 1)``; ties keep segment order): equal segments give one
-    frame each per ``k`` positions like "rounds", and a short segment (an episode's tail) no
-    longer leaves the group's last rounds to a few long ones, so about ``min(B, k)`` chunks
-    hold for every batch of the group. ``rng`` None (``shuffle=False``): segment after segment
-    ("random"), the segments in turn, ``0..k-1`` in every round ("rounds"), or phase 1/2 for
-    every segment ("spread"). Pure.
-    """
-    sizes = np.asarray(lengths, dtype=np.int64)
-    seg = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-    if mode == "random":
-        return rng.permutation(seg) if rng is not None and len(sizes) > 1 else seg
-    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
-    frame = np.arange(len(seg), dtype=np.int64) - starts  # each frame's number in its segment
-    if mode == "spread":
-        phase = rng.random(len(sizes)) if rng is not None else np.full(len(sizes), 0.5)
-        return seg[np.argsort((frame + phase[seg]) / sizes[seg], kind="stable")]
-    tie = rng.random(len(seg)) if rng is not None else seg
-    return seg[np.lexsort((tie, frame))]
 
 
 TAILS = ("drop", "pad", "keep")
@@ -104,7 +85,12 @@ TAILS = ("drop", "pad", "keep")
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """Options of the schedule (see the module docstring)."""
+    """Options of the schedule (see the module docstring).
+
+    ``window`` 0: groups of ``interleave`` segments; else groups of about ``window`` frames
+    (:func:`~robo_resume.index.groups.group_bounds`). ``interleave_order`` is one of
+    :data:`~robo_resume.index.groups.GROUP_ORDERS` (the shuffle order: ``"shuffle"`` with a
+    ``window``)."""
 
     seed: int = 0
     batch_size: int = 1
@@ -113,15 +99,16 @@ class ScheduleConfig:
     interleave: int = 4
     shuffle: bool = True
     interleave_order: str = "random"
+    window: int = 0
 
     def __post_init__(self) -> None:
         _positive_int("seed", self.seed, 0)
         _positive_int("batch_size", self.batch_size, 1)
         _positive_int("interleave", self.interleave, 1)
-        if self.interleave_order not in INTERLEAVE_ORDERS:
+        _positive_int("window", self.window, 0)
+        if self.interleave_order not in GROUP_ORDERS:
             raise ValueError(
-                f"interleave_order must be one of {INTERLEAVE_ORDERS}; found "
-                f"{self.interleave_order!r}"
+                f"interleave_order must be one of {GROUP_ORDERS}; found {self.interleave_order!r}"
             )
         if self.tail not in TAILS:
             raise ValueError(f"tail must be one of {TAILS}; found {self.tail!r}")
@@ -162,23 +149,6 @@ class EpochCache:
         return len(self._values)
 
 
-@dataclass(frozen=True, eq=False)
-class Group:
-    """Segments read together; ``order[i]`` is the segment that emits the group's i-th frame."""
-
-    segments: tuple[Segment, ...]
-    order: np.ndarray
-    position: int
-
-    def global_indices(self) -> np.ndarray:
-        """The dataset ``index`` of every frame of the group, in emission order."""
-        out = np.empty(len(self.order), dtype=np.int64)
-        for j, seg in enumerate(self.segments):
-            mask = self.order == j
-            out[mask] = seg.dataset_from_index + np.arange(int(mask.sum()))
-        return out
-
-
 @dataclass(frozen=True)
 class Location:
     """Where position ``p`` of a stream-epoch lies: group, offset in it, frames done per segment
@@ -187,6 +157,8 @@ class Location:
     group: int
     offset: int
     done: tuple[int, ...]
+    """Frames of each segment of the group emitted before the position (with the shuffle
+    order not necessarily its first ones: :meth:`Group.frame` names the position's frame)."""
 
 
 class Schedule:
@@ -355,9 +327,12 @@ class Schedule:
         """The stream's segments for an epoch, after the per-stream shuffle."""
         return self._take(*self._rows(epoch, stream))
 
-    def _group_starts_uncached(self, epoch: int, stream: int) -> np.ndarray:
+    def _group_starts_uncached(self, epoch: int, stream: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(segment bounds, stream positions)`` where each group of a stream-epoch starts."""
         _, lo, hi = self._rows(epoch, stream)
-        return _group_starts(hi - lo, self.config.interleave)
+        lengths = hi - lo
+        bounds = group_bounds(lengths, interleave=self.config.interleave, window=self.config.window)
+        return bounds, frame_starts(lengths, bounds)
 
     def length(self, stream: int) -> int:
         """Frames stream ``stream`` yields per epoch (``frames_per_stream`` unless tail "keep")."""
@@ -369,26 +344,29 @@ class Schedule:
 
     def num_groups(self, epoch: int, stream: int) -> int:
         """Number of groups in a stream-epoch."""
-        return len(self._group_starts(epoch, stream)) - 1
+        return len(self._group_starts(epoch, stream)[0]) - 1
 
     def group(self, epoch: int, stream: int, index: int) -> Group:
-        """Group ``index`` of a stream-epoch, with its seeded interleave order."""
-        rows = self._rows(epoch, stream)
-        size = self.config.interleave
-        members = self._take(*(c[index * size : (index + 1) * size] for c in rows)).objects(0, size)
-        if not members:
-            raise IndexError(f"group {index} out of range ({self.num_groups(epoch, stream)})")
+        """Group ``index`` of a stream-epoch, with its seeded order of frames."""
+        bounds, starts = self._group_starts(epoch, stream)
+        if not 0 <= index < len(bounds) - 1:
+            raise IndexError(f"group {index} out of range ({len(bounds) - 1})")
+        a, b = int(bounds[index]), int(bounds[index + 1])
+        members = self._take(*(c[a:b] for c in self._rows(epoch, stream))).objects(0, b - a)
         rng = self._rng(epoch, _GROUP, stream, index) if self.config.shuffle else None
-        order = group_order([m.length for m in members], self.config.interleave_order, rng)
-        start = int(self._group_starts(epoch, stream)[index])
-        return Group(members, order, start)
+        return make_group(members, self.config.interleave_order, rng, int(starts[index]))
+
+    def group_segments(self, epoch: int, stream: int, index: int) -> tuple[int, int]:
+        """Rows ``[a, b)`` of :meth:`segments` that group ``index`` holds."""
+        bounds = self._group_starts(epoch, stream)[0]
+        return int(bounds[index]), int(bounds[index + 1])
 
     def locate(self, epoch: int, stream: int, position: int) -> Location:
         """Where position ``0 <= position < length(stream)`` of a stream-epoch is."""
         self._check(epoch, stream)
         if not 0 <= position < self.length(stream):
             raise ValueError(f"position must be in [0, {self.length(stream)}); found {position}")
-        starts = self._group_starts(epoch, stream)
+        starts = self._group_starts(epoch, stream)[1]
         g = int(np.searchsorted(starts, position, side="right")) - 1
         grp = self.group(epoch, stream, g)
         offset = position - int(starts[g])
@@ -419,12 +397,3 @@ class Schedule:
             idx = grp.global_indices()
             parts.append(idx[offset : stop - grp.position])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-def _group_starts(lengths: np.ndarray, size: int) -> np.ndarray:
-    """Prefix sums of the frames of consecutive runs of ``size`` segments (the groups);
-    ``lengths``: the segments' frames, in the stream's order."""
-    if not len(lengths):
-        return np.zeros(1, dtype=np.int64)
-    per_group = np.add.reduceat(lengths, np.arange(0, len(lengths), size))
-    return np.concatenate(([0], np.cumsum(per_group, dtype=np.int64)))
