@@ -1,6 +1,7 @@
 """Batch diversity next to frames/s: how many episodes a batch mixes, and at what speed.
 
-For each setting (the default ``interleave=4``, larger interleaves, smaller chunks) and batch
+For each setting (the default shuffle order, ``StreamTuning.fast()``'s ``interleave=4``, larger
+interleaves, smaller chunks) and batch
 size, printed side by side:
 
 - ``episodes``: distinct episodes per batch (mean), and its ratio to uniform random sampling;
@@ -59,10 +60,13 @@ OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
 OPEN50_WITH_VIDEO = [e for e in range(50) if e not in (1, 2, 7, 9, 25, 33, 34)]
 
 # name -> (StreamTuning kwargs or None for the defaults, chunk_frames or None)
-DEFAULT = "default (interleave=4)"
+DEFAULT = "fast (interleave=4)"
+"""The baseline of the speed columns: StreamTuning.fast(), the default until the shuffle order."""
+SHUFFLE = "default (shuffle)"
 LEROBOT = "lerobot shuffle=True"
 SETTINGS = {
-    DEFAULT: (None, None),
+    DEFAULT: ({"order": "interleave"}, None),
+    SHUFFLE: (None, None),
     "interleave=8": ({"interleave": 8}, None),
     "interleave=16": ({"interleave": 16}, None),
     "interleave=32": ({"interleave": 32}, None),
@@ -75,9 +79,9 @@ SETTINGS = {
     "spread, interleave=16": ({"interleave": 16, "interleave_order": "spread"}, None),
     "spread, interleave=32": ({"interleave": 32, "interleave_order": "spread"}, None),
 }
-SPEED_SETTINGS = (DEFAULT, "interleave=16", "interleave=32", "interleave=128", LEROBOT)
+SPEED_SETTINGS = (DEFAULT, SHUFFLE, "interleave=16", "interleave=32", "interleave=128", LEROBOT)
 """Settings whose frames/s ``--speed`` measures by default (the first is the baseline)."""
-QUICK_SPEED = (DEFAULT, "interleave=32")
+QUICK_SPEED = (DEFAULT, SHUFFLE, "interleave=32")
 
 
 def _tuning(kw):
@@ -300,11 +304,13 @@ def run_case(name, root, episodes, args) -> dict:
             ds = _dataset(root, episodes, b, setting)
             d0 = schedule_diversity(ds, 0, args.epochs)
             d2 = schedule_diversity(ds, 2, args.epochs)
-            res[setting] = {"w0": d0, "w2": d2, "interleave": ds.config.interleave}
+            # open chunks of the interleave order (None: the shuffle order's windows)
+            interleave = ds.config.interleave if not ds.config.window else None
+            res[setting] = {"w0": d0, "w2": d2, "interleave": interleave}
             rows.append(
                 [
                     setting,
-                    ds.config.interleave,
+                    "-" if interleave is None else interleave,
                     _fmt(d0[0]),
                     _fmt(d0[0] / uni[0]),
                     _fmt(d2[0]),

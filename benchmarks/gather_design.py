@@ -216,7 +216,8 @@ def _dataset(case, tuning: dict, delta: bool):
         delta_timestamps=case.delta if delta else None,
         image_dtype="uint8",
         infinite=True,
-        tuning=StreamTuning(**tuning) if tuning else None,
+        # the sketch reads the interleave order (each chunk forward): the fast order by default
+        tuning=StreamTuning(**{"order": "interleave", **tuning}),
     )
 
 

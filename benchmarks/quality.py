@@ -115,7 +115,7 @@ BASE_ORDERS: dict[str, dict[str, Any]] = {
     UNIFORM: {"kind": "uniform", "salt": 1},
     OTHER: {"kind": "uniform", "salt": 2},
     "default": {"kind": "library", "tuning": None},
-    "fast": {"kind": "library", "tuning": {"interleave": 4, "interleave_order": "random"}},
+    "fast": {"kind": "library", "tuning": {"order": "interleave"}},  # StreamTuning.fast()
 }
 QUICK_ORDERS = (UNIFORM, "default", "fast")
 CASES = ("open50", "reach-mlp", "reach-cnn")

@@ -37,7 +37,6 @@ from .index.elastic import Layout, Level
 from .index.plan import EpisodeSpans, Plan, make_chunks, plan_digest
 from .index.schedule import (
     Schedule,
-    ScheduleConfig,
 )
 from .items import ItemBuilder, ItemOptions
 from .items.names import check_renames, dataset_keys, renamed
@@ -164,9 +163,9 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(describe("batch_size must be a positive int", found=batch_size))
         self.source = src = as_source(source, source_fields, owner="ChunkedEpisodeDataset")
-        chunk_frames = src.frames_per_chunk
         check_resume_step(resume_step, batch_size)
         self.tuning = tuning or StreamTuning()
+        chunk_frames = self.tuning.chunk_frames(src.chunk_frames)
         if self.tuning.tail == "keep" and (drop_last or infinite):
             raise ValueError(
                 describe(
@@ -207,9 +206,26 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 decoder_threads=self.tuning.decoder_threads,
             ),
         )
-        spans = episode_spans(self.meta, None if every else self._episodes)
-        self.total_frames = int(spans.length.sum())
-        cut = self.tuning.cut_at_keyframes
+        self._spans = episode_spans(self.meta, None if every else self._episodes)
+        self.total_frames = int(self._spans.length.sum())
+        self._chunk_frames_given = src.chunk_frames is not None
+        self._schedules: dict[int, Schedule] = {}
+        self._make_plan(self.tuning, chunk_frames)
+        self.use_resume_state(resume_state, strict=resume_strict)
+        # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
+        self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
+        # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
+        self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
+        self._plain_rings: dict[tuple[str, int], Any] = {}  # a plain loader worker's (reading)
+        self._loaded: dict[str, int] | None = None
+        self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
+        self._shared = SharedArrays()  # large arrays for spawn/forkserver workers (__reduce_ex__)
+
+    def _make_plan(self, tuning: StreamTuning, chunk_frames: int) -> None:
+        """Make the plan and the schedule options of ``tuning`` with ``chunk_frames`` (at
+        construction, and again when an older resume state's order is adopted)."""
+        self.tuning, self.chunk_frames = tuning, chunk_frames
+        cut = tuning.cut_at_keyframes
         cuts = None
         if cut is not False:
             cuts = keyframe_cuts(
@@ -218,28 +234,13 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         # whether the plan's chunks start on keyframes (cut_at_keyframes resolved; False
         # after adopting a resume state's plan without them, _adopt_even_plan)
         self.keyframe_cuts = cuts is not None
-        self.chunks: Plan = make_chunks(spans, chunk_frames, cut_points=cuts)
+        self.chunks: Plan = make_chunks(self._spans, chunk_frames, cut_points=cuts)
         release_freed_memory()  # planning's temporaries: about 2x the plan at 10^6 episodes
-        self.config = ScheduleConfig(
-            seed=seed,
-            batch_size=batch_size,
-            drop_last=drop_last,
-            tail=self.tuning.tail,
-            interleave=self.tuning.interleave,
-            shuffle=self.tuning.shuffle,
-            interleave_order=self.tuning.interleave_order,
+        self.config = tuning.schedule_config(
+            seed=self.seed, batch_size=self.batch_size, drop_last=self.drop_last
         )
         self._fingerprint: dict[str, Any] | None = None
-        self.use_resume_state(resume_state, strict=resume_strict)
-        # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
-        self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
-        # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
-        self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
-        self._plain_rings: dict[tuple[str, int], Any] = {}  # a plain loader worker's (reading)
-        self._schedules: dict[int, Schedule] = {}
-        self._loaded: dict[str, int] | None = None
-        self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
-        self._shared = SharedArrays()  # large arrays for spawn/forkserver workers (__reduce_ex__)
+        self._schedules = {}
 
     # -- pickling ------------------------------------------------------------------------------
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -299,6 +300,13 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 if self.tuning.interleave_order != "random"
                 else {}
             ),
+            # only for the shuffle order: states saved with the interleave order (robo_resume
+            # 0.1 had no other) keep matching a dataset built with StreamTuning.fast()
+            **(
+                {"order": "shuffle", "shuffle_frames": self.tuning.shuffle_frames}
+                if self.tuning.resolved_order == "shuffle"
+                else {}
+            ),
             "mode": "infinite" if self.infinite else "epoch",
             "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
                 "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
@@ -307,6 +315,12 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 "plan": f"chunk_frames {self.chunk_frames}"
                 + (", cut at keyframes" if self.keyframe_cuts else ""),
                 "interleave_order": self.tuning.interleave_order,
+                "order": self.tuning.resolved_order
+                + (
+                    f" ({self.tuning.shuffle_frames} frames a window)"
+                    if self.tuning.resolved_order == "shuffle"
+                    else f" ({self.tuning.interleave} open chunks)"
+                ),
             },
         }
 
@@ -322,6 +336,7 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self.resume_state = None
         if state is not None:
             self.resume_state = ResumeState.from_dict(state)
+            self._adopt_interleave_order(self.resume_state.fingerprint)
             self._adopt_even_plan(self.resume_state.fingerprint)
             expected = expected_for(self.fingerprint, self.resume_state.fingerprint, self.chunks)
             if self.resume_state.batch_size is not None:  # elastic: the batch size may change

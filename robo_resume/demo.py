@@ -190,8 +190,7 @@ def _child(args: argparse.Namespace, *extra: str) -> subprocess.Popen:
         str(args.seed),
         "--epochs",
         str(args.epochs),
-        "--chunk-frames",
-        str(args.chunk_frames),
+        *(["--chunk-frames", str(args.chunk_frames)] if args.chunk_frames else []),
         "--checkpoint-every",
         str(args.checkpoint_every),
         "--slow",
@@ -347,7 +346,7 @@ def _child_main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--chunk-frames", type=int, default=32)
+    p.add_argument("--chunk-frames", type=int, default=None)
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--slow", type=float, default=0.0)
     p.add_argument("--resume", action="store_true")

@@ -20,8 +20,6 @@ from .splits import EpisodeSelection
 
 __all__ = ["SOURCE_FIELDS", "DataSource", "as_source"]
 
-DEFAULT_CHUNK_FRAMES = 64
-
 Features = Sequence[str] | Mapping[str, str | None] | None
 
 
@@ -48,7 +46,9 @@ class DataSource:
             appear under the new name in items and batches, and ``delta_timestamps`` names
             them by the new name.
         chunk_frames: maximum frames per chunk (contiguous frames of one episode, one parquet
-            range read and one video seek); None: 64 (or, in a mix, the mix's value).
+            range read and one video seek); None: the order's default (2 for the shuffle order,
+            64 for the interleave order: :meth:`StreamTuning.chunk_frames
+            <robo_resume.StreamTuning.chunk_frames>`; in a mix, the mix's value).
 
     Raises ValueError when neither ``root`` nor ``repo_id`` is given, ``chunk_frames`` is not
     a positive int, ``features`` is not a list or mapping of keys, or two features get one
@@ -107,11 +107,6 @@ class DataSource:
                     found=repr(f)[:120],
                 )
             )
-
-    @property
-    def frames_per_chunk(self) -> int:
-        """``chunk_frames``, or the default (64) when it is None."""
-        return DEFAULT_CHUNK_FRAMES if self.chunk_frames is None else self.chunk_frames
 
     def selection(self) -> Sequence[str] | Mapping[str, None] | None:
         """The features to read, renames left out: what

@@ -36,9 +36,12 @@ def test_diversity_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture
     data = json.loads(out_json.read_text())
     (case,) = data["cases"]
     res = case["batches"]["16"]
-    default, wide = res["default (interleave=4)"], res["interleave=32"]
+    default, wide = res["fast (interleave=4)"], res["interleave=32"]
+    shuffled = res["default (shuffle)"]
     assert default["interleave"] == 4 and wide["interleave"] == 32
-    for key in (default, wide):
+    assert shuffled["interleave"] is None  # the shuffle order has windows, not open chunks
+    assert shuffled["w0"][0] > default["w0"][0] and shuffled["w0"][1] < default["w0"][1]
+    for key in (default, wide, shuffled):
         for workers in ("w0", "w2"):
             distinct, consecutive = key[workers]
             assert 1 <= distinct <= 16 and 0 <= consecutive <= 15
@@ -51,7 +54,7 @@ def test_diversity_benchmark_quick(tmp_path: Path, capsys: pytest.CaptureFixture
         assert 0 < ratio <= 1.2 and 0 <= consecutive <= 15, name
     assert "episodes /uniform" in stdout
     (speed,) = case["speed"].values()
-    assert set(speed) == {"default (interleave=4)", "interleave=32"}
+    assert set(speed) == {"fast (interleave=4)", "default (shuffle)", "interleave=32"}
     for runs in case["speed"].values():
         for ms in runs.values():
             assert ms and all(math.isfinite(m["fps"]) and m["fps"] > 0 for m in ms)

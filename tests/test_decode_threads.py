@@ -191,7 +191,9 @@ def test_one_thread_reads_ahead_only_while_the_consumer_works(factory, monkeypat
     monkeypatch.setattr(GroupRead, "_read", slow_read)
 
     def make():
-        return ChunkedEpisodeDataset(root, batch_size=4, chunk_frames=16, infinite=True)
+        return ChunkedEpisodeDataset(
+            root, batch_size=4, chunk_frames=16, infinite=True, tuning=StreamTuning.fast()
+        )
 
     ds = make()
     it = iter(ds.dataloader(num_workers=0))

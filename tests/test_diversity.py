@@ -70,8 +70,8 @@ def uniform_per_batch(lengths, b: int) -> float:
     return float(np.mean([len(set(r)) for r in p.tolist()]))
 
 
-def test_the_default_interleave_is_unchanged():
-    assert StreamTuning().interleave == 4
+def test_the_interleave_defaults_are_unchanged():
+    assert StreamTuning().interleave == 4 and StreamTuning.fast().interleave == 4
 
 
 @pytest.mark.parametrize("batch_size", [8, 16, 32])
@@ -80,15 +80,18 @@ def test_a_larger_interleave_gives_more_diverse_batches(ten, batch_size, workers
     uniform = uniform_per_batch([300] * 10, batch_size)
 
     def diversity(interleave):
-        tuning = None if interleave is None else StreamTuning(interleave=interleave)
+        tuning = StreamTuning.fast(interleave=interleave or 4)
         ds = ChunkedEpisodeDataset(ten, batch_size=batch_size, tuning=tuning)
         return distinct_per_batch(ds, workers)
 
-    default, sixteen = diversity(None), diversity(16)
+    fast, sixteen = diversity(None), diversity(16)
     wide = diversity(min(6 * batch_size, 128))
-    assert default < sixteen < wide or default < sixteen == wide
-    assert default < 0.7 * uniform  # the default is far below uniform sampling
+    assert fast < sixteen < wide or fast < sixteen == wide
+    assert fast < 0.7 * uniform  # StreamTuning.fast() is far below uniform sampling
     assert wide >= 0.9 * uniform, (batch_size, workers, wide, uniform)
+    # the default (the shuffle order) is about as diverse as uniform sampling
+    shuffled = distinct_per_batch(ChunkedEpisodeDataset(ten, batch_size=batch_size), workers)
+    assert shuffled >= 0.95 * uniform, (batch_size, workers, shuffled, uniform)
 
 
 @pytest.mark.parametrize("batch_size", [8, 16, 32])

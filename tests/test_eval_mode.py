@@ -235,7 +235,7 @@ def test_refusals_say_why(root):
     with pytest.raises(ValueError, match=r"A mix cannot use StreamTuning\(tail='keep'\)"):
         MixedDataset([MixSource(root)], batch_size=8, exhausted="stop", tuning=EVAL)
     assert StreamTuning.evaluation(block_frames=32) == StreamTuning(
-        shuffle=False, tail="keep", block_frames=32
+        order="interleave", shuffle=False, tail="keep", block_frames=32
     )
 
 

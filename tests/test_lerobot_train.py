@@ -262,7 +262,7 @@ def test_kill_resume_bit_identical(data, zygotes):
     # the new runs' default order (--stream.*, tests/test_train_stream.py), kept by the resume
     for c in (ckpt(run, 4), ckpt(run, 8)):
         options = json.loads((c / "training_state/robo_resume/options.json").read_text())
-        assert options["stream"] == {"interleave": 4, "interleave_order": "spread"}, options
+        assert options["stream"] == {"order": "shuffle", "shuffle_frames": 1024}, options
     # the data: steps 1..4 from the killed run, then 5..8 from the resumed run, in the
     # uninterrupted order (steps after the checkpoint that the killed run logged are replaced)
     ref_steps = steps_of(base / "ref.idx")
@@ -365,7 +365,7 @@ def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     # the new runs' default order (--stream.*, tests/test_train_stream.py), kept by the resume
     for c in (ckpt(run, 4), ckpt(run, 8)):
         options = json.loads((c / "training_state/robo_resume/options.json").read_text())
-        assert options["stream"] == {"interleave": 4, "interleave_order": "spread"}, options
+        assert options["stream"] == {"order": "shuffle", "shuffle_frames": 1024}, options
 
 
 @pytest.mark.slow(20)

@@ -48,10 +48,8 @@ def _oracle(root, *, step, batch_size, num_workers, world_size, seed, chunk_fram
             where = [None, None, None]
             if s.position < sched.length(g):
                 cur = sched.locate(s.epoch, g, s.position)
-                grp = sched.group(s.epoch, g, cur.group)
-                j = int(grp.order[cur.offset])
-                seg = grp.segments[j]
-                where = [seg.chunk_id, seg.episode_index, seg.start + cur.done[j]]
+                seg, frame = sched.group(s.epoch, g, cur.group).frame(cur.offset)
+                where = [seg.chunk_id, seg.episode_index, frame]
             out.append([rank, worker, g, s.epoch, s.position, *where])
     return out, sched.batches_per_rank, sched.frames_per_stream
 

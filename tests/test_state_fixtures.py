@@ -6,6 +6,10 @@ code of the commit that added them (dataset states of format version 3, mix stat
 datasets, replays the run up to the crash with today's code, resumes from the *old file*, and
 checks that the frames equal the uninterrupted run's, batch for batch. A format change that
 cannot read an old state, or reads it into another position, fails here.
+
+The states were saved with the interleave order, the only one then: the runs before and
+without the crash use it (``StreamTuning.fast()``), and the resumed run is built with today's
+defaults, as after an upgrade, so it must adopt the state's order by itself.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.audit import consume
+
+FAST = StreamTuning.fast()  # the order the states were saved with
 
 HERE = Path(__file__).resolve().parent / "fixtures" / "states"
 sys.path.insert(0, str(HERE))
@@ -50,8 +56,8 @@ def test_dataset_state_resumes_exactly(roots, name):
         return ChunkedEpisodeDataset(a, **ds_kw, **k)
 
     workers = run["num_workers"]
-    full, _ = consume(make, epochs=2, num_workers=workers)
-    before, _ = consume(make, epochs=2, **run)
+    full, _ = consume(make, epochs=2, num_workers=workers, tuning=FAST)
+    before, _ = consume(make, epochs=2, **run, tuning=FAST)
     left = len(full) - len(before)
     after, _ = consume(
         make, epochs=2, num_workers=workers, stop_after=left, resume_state=load(name)
@@ -70,8 +76,8 @@ def test_mix_state_resumes_exactly(roots, name):
 
     workers = run["num_workers"]
     total = run["stop_after"] + 40
-    full, _ = consume(make, num_workers=workers, stop_after=total)
-    before, _ = consume(make, **run)
+    full, _ = consume(make, num_workers=workers, stop_after=total, tuning=FAST)
+    before, _ = consume(make, **run, tuning=FAST)
     after, _ = consume(
         make, num_workers=workers, stop_after=total - len(before), resume_state=load(name)
     )
@@ -87,13 +93,13 @@ def test_elastic_state_resumes_every_frame_once(roots):
     def make(**k):
         return ChunkedEpisodeDataset(a, **kw, **k)
 
-    first, s1 = consume(make, epochs=1, num_workers=2, stop_after=9)
-    second, s2 = consume(make, epochs=1, num_workers=3, stop_after=4, resume_state=s1)
+    first, s1 = consume(make, epochs=1, num_workers=2, stop_after=9, tuning=FAST)
+    second, s2 = consume(make, epochs=1, num_workers=3, stop_after=4, resume_state=s1, tuning=FAST)
     rest_old, _ = consume(make, epochs=1, num_workers=3, resume_state=load(M.ELASTIC_CASE))
     rest_new, _ = consume(make, epochs=1, num_workers=3, resume_state=s2)
     assert indices(rest_old) == indices(rest_new)
     seen = Counter(i for part in (first, second, rest_old) for _, b in part for i in b)
-    epoch, _ = consume(make, epochs=1, num_workers=2)
+    epoch, _ = consume(make, epochs=1, num_workers=2, tuning=FAST)
     want = Counter(i for _, b in epoch for i in b)
     assert seen == want, "the elastic resume from the old state lost or replayed frames"
 

@@ -1,8 +1,8 @@
-"""``robo-resume train --stream.*``: how its streams interleave chunks, new runs and resumes.
+"""``robo-resume train --stream.*``: how its streams order frames, new runs and resumes.
 
-A new run gets batches about as diverse as lerobot's shuffled sampler (``spread`` over
-``min(batch_size, 32)`` open chunks); a checkpoint resumes with the order it was saved with
-(one written before the flags existed: the library's ``interleave=4``, random), recorded in
+A new run gets the library's default, the shuffle order; a checkpoint resumes with the order it
+was saved with (one written before the flags existed: ``interleave=4``, random; one written
+before ``--stream.order`` existed: the interleave order of its flags), recorded in
 ``training_state/robo_resume/options.json``. The whole command with the new default (kill,
 resume, bit-identical weights) is tests/test_lerobot_train.py; here ``build_dataset`` (what the
 command builds its data from) runs in this process with lerobot's own delta-timestamp logic.
@@ -18,10 +18,10 @@ import pytest
 from robo_resume.errors import ResumeStateError
 from robo_resume.lerobot_train import StreamOptions, TrainSetupError, main, split_stream_args
 from robo_resume.lerobot_train.options import (
-    DIVERSE_MAX_INTERLEAVE,
     LEGACY_STREAM,
     resolve_stream,
     split_args,
+    stream_line,
 )
 from robo_resume.testing import make_dataset
 
@@ -46,6 +46,9 @@ def test_stream_flags_are_split_from_the_rest():
         ("--stream.interleave=0", ["at least 1", "Found 0"]),
         ("--stream.interleave_order=shuffled", ["Unknown --stream.interleave_order", "spread"]),
         ("--stream.interleave", ["--stream.interleave needs a value"]),
+        ("--stream.order=uniform", ["Unknown --stream.order", "--stream.order=shuffle"]),
+        ("--stream.shuffle_frames=0", ["--stream.shuffle_frames must be at least 1"]),
+        ("--stream.shuffle_frames=lots", ["must be a whole number", "=1024"]),
     ],
 )
 def test_bad_stream_flags_get_clear_errors(flag, words, capsys):
@@ -57,24 +60,33 @@ def test_bad_stream_flags_get_clear_errors(flag, words, capsys):
 
 
 def test_resolve_stream_new_runs_resumes_and_flags():
-    # a new run (or a plain lerobot checkpoint, whose data starts anew): diverse by default
-    assert resolve_stream(None, None, 8) == {"interleave": 8, "interleave_order": "spread"}
-    assert resolve_stream(None, None, 256) == {
-        "interleave": DIVERSE_MAX_INTERLEAVE,
-        "interleave_order": "spread",
+    # a new run (or a plain lerobot checkpoint, whose data starts anew): the shuffle order
+    assert resolve_stream(None, None, 8) == {"order": "shuffle", "shuffle_frames": 1024}
+    assert "shuffle windows of 1024 frames" in stream_line(resolve_stream(None, None, 8))
+    # flags replace what they name; an interleave flag alone chooses the interleave order
+    assert resolve_stream(StreamOptions(shuffle_frames=256), None, 8) == {
+        "order": "shuffle",
+        "shuffle_frames": 256,
     }
-    # flags replace what they name
     assert resolve_stream(StreamOptions(interleave=4), None, 8) == {
+        "order": "interleave",
         "interleave": 4,
-        "interleave_order": "spread",
     }
     assert resolve_stream(StreamOptions(4, "random"), None, 8) == LEGACY_STREAM
+    assert "measurably worse" in stream_line(LEGACY_STREAM)
     # a checkpoint keeps its run's values, whatever the batch size now (elastic resume)
+    saved = {"mix": None, "stream": {"order": "shuffle", "shuffle_frames": 512}}
+    assert resolve_stream(None, saved, 64) == {"order": "shuffle", "shuffle_frames": 512}
+    # one written before --stream.order: the interleave order of its flags
     saved = {"mix": None, "stream": {"interleave": 8, "interleave_order": "spread"}}
-    assert resolve_stream(None, saved, 64) == {"interleave": 8, "interleave_order": "spread"}
+    assert resolve_stream(None, saved, 64) == {
+        "interleave": 8,
+        "interleave_order": "spread",
+        "order": "interleave",
+    }
     # a checkpoint written before --stream.* existed: the library's defaults it was saved with
     assert resolve_stream(None, {"mix": None, "library": "0.1.0"}, 8) == LEGACY_STREAM
-    assert LEGACY_STREAM == {"interleave": 4, "interleave_order": "random"}
+    assert LEGACY_STREAM == {"order": "interleave", "interleave": 4, "interleave_order": "random"}
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +127,10 @@ def _distinct_episodes(ds, batches: int) -> float:
     return float(np.mean([len(set(next(it)["episode_index"].tolist())) for _ in range(batches)]))
 
 
-def test_a_new_run_streams_spread_batches_and_a_legacy_checkpoint_its_own_order(lerobot_parts):
+def test_a_new_run_streams_the_shuffle_order_and_a_legacy_checkpoint_its_own(lerobot_parts):
     """build_dataset with the resolved options: a new run's batches mix about as many
-    episodes as the batch has frames allow; the library order gives fewer. A state saved with
-    one order resumes with it and is refused with the other, naming the interleave and where
+    episodes as the batch has frames allow; the interleave order gives fewer. A state saved
+    with one order resumes with it and is refused with the other, naming the order and where
     the run's values are."""
     from robo_resume.lerobot_train.setup import build_dataset
 
@@ -126,11 +138,12 @@ def test_a_new_run_streams_spread_batches_and_a_legacy_checkpoint_its_own_order(
     new = resolve_stream(None, None, 8)
     ds, note = build_dataset(cfg(8), None, meta, None, None, None, new)
     assert note is None
-    assert (ds.tuning.interleave, ds.tuning.interleave_order) == (8, "spread")
+    assert ds.tuning.resolved_order == "shuffle" and ds.chunk_frames == 2
     legacy, _ = build_dataset(cfg(8), None, meta, None, None, None, LEGACY_STREAM)
     assert (legacy.tuning.interleave, legacy.tuning.interleave_order) == (4, "random")
-    spread, random_ = _distinct_episodes(ds, 12), _distinct_episodes(legacy, 12)
-    assert spread > random_ + 1, (spread, random_)  # 8 episodes, batches of 8 frames
+    assert legacy.tuning.resolved_order == "interleave" and legacy.chunk_frames == 64
+    shuffled, random_ = _distinct_episodes(ds, 12), _distinct_episodes(legacy, 12)
+    assert shuffled > random_ + 1, (shuffled, random_)  # 8 episodes, batches of 8 frames
 
     # a checkpoint of a legacy run: its options have no "stream"; it resumes as it was saved
     tracker = legacy.tracker()
@@ -143,11 +156,13 @@ def test_a_new_run_streams_spread_batches_and_a_legacy_checkpoint_its_own_order(
         cfg(8), None, meta, state, None, None, resolve_stream(None, old_options, 8)
     )
     assert again.tuning.interleave_order == "random"
+    assert again.tuning.resolved_order == "interleave"
     # the same state with the new run's order: refused, saying what differs and where to look
     with pytest.raises(ResumeStateError) as err:
         build_dataset(cfg(8), None, meta, state, None, None, new)
     text = str(err.value)
-    assert "interleave 8 vs 4" in text and "StreamTuning(interleave=...)" in text, text
+    assert "order shuffle (1024 frames a window) vs interleave (4 open chunks)" in text, text
+    assert "StreamTuning(order=...)" in text, text
     assert "options.json" in text and "used when no --stream.* flag is given" in text, text
 
 
@@ -157,3 +172,5 @@ def test_stream_options_validate_their_values():
     with pytest.raises(TrainSetupError, match=r"Unknown --stream\.interleave_order"):
         StreamOptions(interleave_order="zigzag")
     assert StreamOptions(interleave=16).given() == {"interleave": 16}
+    with pytest.raises(TrainSetupError, match=r"Unknown --stream\.order"):
+        StreamOptions(order="zigzag")

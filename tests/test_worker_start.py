@@ -138,7 +138,7 @@ def test_notebook_peek_then_workers_with_a_lambda(factory):
 FORK_WHILE_READING = """
 import os, sys, time
 import robo_resume.items.threads as builder
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.stream.group_read import GroupRead
 
 ended = []
@@ -152,7 +152,7 @@ def slow(self, job):  # a read that takes 0.3 s (a slow decode)
         ended.append(time.monotonic())
 
 GroupRead._read = slow
-ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=4, chunk_frames=8)
+ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=4, chunk_frames=8, tuning=StreamTuning.fast())
 it = iter(ds.dataloader(num_workers=0))
 next(it)  # the next block now reads in the background
 before = len(ended)
@@ -186,7 +186,7 @@ def test_a_fork_waits_for_the_reads_in_flight(factory, tmp_path):
 EXIT_WHILE_READING = """
 import sys
 import robo_resume.stream.group_read as group_read
-from robo_resume import ChunkedEpisodeDataset
+from robo_resume import ChunkedEpisodeDataset, StreamTuning
 
 plan = group_read.GroupRead._plan
 
@@ -204,7 +204,7 @@ def planned(self, i, background):  # the blocks in flight now hold a function of
 
 
 group_read.GroupRead._plan = planned
-ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=32, infinite=True)
+ds = ChunkedEpisodeDataset(sys.argv[1], batch_size=32, infinite=True, tuning=StreamTuning.fast())
 it = iter(ds.dataloader(num_workers=0))
 for _ in range(3):
     next(it)  # the next block reads in the background; the script ends with the iterator alive

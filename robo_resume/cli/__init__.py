@@ -13,8 +13,10 @@ import argparse
 import sys
 
 from ..errors import RoboResumeError
+from ..index.groups import INTERLEAVE_ORDERS
+from ..stream.tuning import ORDERS
 from .bench import cmd_bench
-from .common import EPISODES_HELP, ON_ERROR_HELP, USAGE, _message
+from .common import CHUNK_HELP, EPISODES_HELP, ON_ERROR_HELP, ORDER_HELP, USAGE, _message
 from .demo import cmd_demo
 from .inspect import cmd_inspect
 from .plan import cmd_plan
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--num-workers", type=int, default=workers)
         c.add_argument("--batch-size", type=int, default=batch)
         c.add_argument("--seed", type=int, default=0)
-        c.add_argument("--chunk-frames", type=int, default=64)
+        c.add_argument("--chunk-frames", type=int, default=None, help=CHUNK_HELP)
         c.add_argument("--episodes", help=EPISODES_HELP)
 
     d = command(
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--num-workers", type=int, default=2)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--epochs", type=int, default=2)
-    d.add_argument("--chunk-frames", type=int, default=32)
+    d.add_argument("--chunk-frames", type=int, default=None, help=CHUNK_HELP)
     d.add_argument("--checkpoint-every", type=int, default=10)
     d.add_argument("--kill-seed", type=int, default=None, help="seed of the random kill step")
     d.add_argument("--episodes", help=EPISODES_HELP)
@@ -80,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("root")
     pl.add_argument("--step", type=int, required=True, help="batches this rank delivered")
     data_opts(pl)
+    pl.add_argument("--order", choices=ORDERS, default=None, help=ORDER_HELP)
+    pl.add_argument("--shuffle-frames", type=int, default=None, help="frames per shuffle window")
+    pl.add_argument("--interleave", type=int, default=None, help="open chunks (interleave order)")
+    pl.add_argument(
+        "--interleave-order", choices=INTERLEAVE_ORDERS, default=None, help="(interleave order)"
+    )
     pl.add_argument("--world-size", type=int, default=1)
     pl.add_argument("--infinite", action="store_true")
 
@@ -110,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="lerobot-train with robo_resume as its data path: lerobot-train's flags "
         "(--policy.type, --dataset.repo_id, --dataset.root, --batch_size, --steps, ...), exact "
         "and elastic --resume=true; `robo-resume train --help` lists them. Its own flags: "
-        "--mix.roots/--mix.repo_ids/--mix.weights (several datasets), --stream.interleave and "
-        "--stream.interleave_order (batch diversity; default spread over min(batch_size, 32) "
-        "chunks)",
+        "--mix.roots/--mix.repo_ids/--mix.weights (several datasets), --stream.order="
+        "shuffle|interleave and --stream.shuffle_frames (default: the shuffle order, windows of "
+        "1024 frames), --stream.interleave and --stream.interleave_order (the interleave order)",
         add_help=False,
     )
     return p

@@ -11,6 +11,10 @@ from ..errors import describe
 OK, FAILED, USAGE = 0, 1, 2
 
 
+CHUNK_HELP = (
+    "frames per chunk (default: the order's, 2 for the shuffle order, 64 for the interleave order)"
+)
+ORDER_HELP = "the stream order (default: shuffle; interleave with --interleave*)"
 EPISODES_HELP = (
     "episodes to use: indices and ranges (0-9,12), a slice string (train[:90%%]), or "
     "'readable' (the episodes whose files all exist and open); default: all"

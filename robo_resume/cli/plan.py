@@ -21,7 +21,7 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
     from ..format.keyframes import keyframe_cuts
     from ..format.metadata import load_metadata
     from ..index.plan import EpisodeSpans, make_chunks
-    from ..index.schedule import Schedule, ScheduleConfig, Topology
+    from ..index.schedule import Schedule, Topology
     from ..source import as_source
     from ..splits import select_episodes
     from ..state.records import check_resume_step
@@ -33,22 +33,19 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
         owner="ChunkedEpisodeDataset",
     )
     check_resume_step(args.step * args.batch_size, args.batch_size)
-    tuning = StreamTuning()
+    given = {
+        k: getattr(args, k, None)
+        for k in ("order", "shuffle_frames", "interleave", "interleave_order")
+    }
+    tuning = StreamTuning(**{k: v for k, v in given.items() if v is not None})
     meta = load_metadata(src.root).select(src.selection())
     every = src.episodes is None  # all episodes: the metadata's columns as they are
     spans = EpisodeSpans(*meta.spans(None if every else select_episodes(meta, src.episodes)))
-    config = ScheduleConfig(
-        seed=args.seed,
-        batch_size=args.batch_size,
-        drop_last=False,
-        tail=tuning.tail,
-        interleave=tuning.interleave,
-        shuffle=tuning.shuffle,
-    )
+    config = tuning.schedule_config(seed=args.seed, batch_size=args.batch_size, drop_last=False)
     # the dataset's default StreamTuning(cut_at_keyframes=None): chunks start on the first
     # camera's keyframes when its GOPs are long (one small mp4 index read per file)
     cuts = keyframe_cuts(meta, spans.episode_index, auto=tuning.cut_at_keyframes is None)
-    chunks = make_chunks(spans, src.frames_per_chunk, cut_points=cuts)
+    chunks = make_chunks(spans, tuning.chunk_frames(src.chunk_frames), cut_points=cuts)
     return Schedule(chunks, config, Topology(args.world_size, args.num_workers))
 
 
@@ -85,12 +82,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             }
             if pos < sched.length(g):
                 cur = sched.locate(epoch, g, pos)
-                grp = sched.group(epoch, g, cur.group)
-                j = int(grp.order[cur.offset])
-                seg = grp.segments[j]
-                entry.update(
-                    chunk=seg.chunk_id, episode=seg.episode_index, frame=seg.start + cur.done[j]
-                )
+                seg, frame = sched.group(epoch, g, cur.group).frame(cur.offset)
+                entry.update(chunk=seg.chunk_id, episode=seg.episode_index, frame=frame)
             streams.append(entry)
     report = {
         "step": args.step,

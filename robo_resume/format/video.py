@@ -23,7 +23,7 @@ import itertools
 import os
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -505,7 +505,59 @@ class VideoReader:
         if not pending:
             return out
 
-        first = want[pending[0]]
+        addr0, step = _row_addresses(out) if channels_first else (None, 0)
+        writer: Any = None  # a gbrp_writer for the stream's frames once known good (else falsy)
+        recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
+        for k, end, frame, t in self._walk(
+            [want[i] for i in pending],
+            tolerance_s,
+            ts,
+            pending,
+            frame_numbers,
+            on_the_way=bool(recent.maxlen),
+        ):
+            if k < 0:  # decoded on the way to a wanted frame: kept for look-backs
+                image = frame.to_ndarray(format="rgb24")
+                recent.append((t, image.transpose(2, 0, 1) if channels_first else image))
+                continue
+            if out is None:
+                h, w = frame.height, frame.width
+                out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
+                addr0, step = _row_addresses(out) if channels_first else (None, 0)
+            row = pending[k] if at is None else at[pending[k]]
+            image = out[row]
+            if channels_first:
+                address = None if addr0 is None else addr0 + row * step
+                if writer is None and address is not None:
+                    writer = _planar_writer(frame) or False
+                if not (writer and address is not None and writer(frame, address)):
+                    planar_rgb(frame, image, address)
+                    if writer is False and address is not None:  # asked once more: the
+                        writer = _planar_writer(frame) or 0  # first frame checked the format
+            else:
+                image[...] = frame.to_ndarray(format="rgb24")
+            for k2 in range(k + 1, end):  # the same frame asked for again
+                out[pending[k2] if at is None else at[pending[k2]]] = image
+            if recent.maxlen:
+                recent.append((t, image))
+        if recent and self._cache_layout != channels_first:
+            self._cache.clear()
+            self._cache_layout = channels_first
+        for t, image in recent:  # copies: the cache must not keep `out` alive
+            self._remember(t, np.ascontiguousarray(image).copy())
+        return out
+
+    def _walk(self, want, tolerance_s, ts, pending, frame_numbers, *, on_the_way: bool):
+        """Decode forward to the frames shown at ``want`` (non-decreasing seconds), seeking
+        first when the decoder is not positioned before ``want[0]`` (or far before it).
+
+        Yields ``(k, end, frame, t)`` for the decoded frame at time ``t`` that matches
+        ``want[k:end]`` (within ``tolerance_s``), and ``(-1, -1, frame, t)`` for a frame
+        decoded on the way after ``want[0]`` when ``on_the_way``. Raises
+        :class:`VideoDecodeError` for a wanted time without a frame (``ts[pending[k]]`` and
+        ``frame_numbers`` name it), :class:`MetadataMismatchError` for a frame of another size.
+        """
+        first = want[0]
         self._open()
         if (
             self._frames is None
@@ -519,11 +571,7 @@ class VideoReader:
             fresh_seek = False
         keep_from = first - tolerance_s
         tb = self._time_base
-        addr0, step = _row_addresses(out) if channels_first else (None, 0)
-        writer: Any = None  # a gbrp_writer for the stream's frames once known good (else falsy)
-        recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
-
-        k, m = 0, len(pending)
+        k, m = 0, len(want)
         while k < m:
             frame = self._next_frame()
             if frame is None:
@@ -541,41 +589,43 @@ class VideoReader:
                 continue
             if (frame.width, frame.height) != self._size and self._size[0]:
                 self._wrong_size(frame, t)
-            if abs(want[pending[k]] - t) < tolerance_s:
-                if out is None:
-                    h, w = frame.height, frame.width
-                    out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
-                    addr0, step = _row_addresses(out) if channels_first else (None, 0)
-                row = pending[k] if at is None else at[pending[k]]
-                image = out[row]
-                if channels_first:
-                    address = None if addr0 is None else addr0 + row * step
-                    if writer is None and address is not None:
-                        writer = _planar_writer(frame) or False
-                    if not (writer and address is not None and writer(frame, address)):
-                        planar_rgb(frame, image, address)
-                        if writer is False and address is not None:  # asked once more: the
-                            writer = _planar_writer(frame) or 0  # first frame checked the format
-                else:
-                    image[...] = frame.to_ndarray(format="rgb24")
-                k += 1
-                while k < m and abs(want[pending[k]] - t) < tolerance_s:
-                    out[pending[k] if at is None else at[pending[k]]] = image
-                    k += 1
-            elif want[pending[k]] < t - tolerance_s:
+            if abs(want[k] - t) < tolerance_s:
+                end = k + 1
+                while end < m and abs(want[end] - t) < tolerance_s:
+                    end += 1
+                yield k, end, frame, t
+                k = end
+            elif want[k] < t - tolerance_s:
                 self._raise_missing(ts, pending[k], frame_numbers, near=t)
-            elif recent.maxlen:  # decoded on the way to a wanted frame: kept for look-backs
-                image = frame.to_ndarray(format="rgb24")
-                image = image.transpose(2, 0, 1) if channels_first else image
-            else:
-                continue
-            if recent.maxlen:
-                recent.append((t, image))
-        if recent and self._cache_layout != channels_first:
-            self._cache.clear()
-            self._cache_layout = channels_first
-        for t, image in recent:  # copies: the cache must not keep `out` alive
-            self._remember(t, np.ascontiguousarray(image).copy())
+            elif on_the_way:
+                yield -1, -1, frame, t
+
+    def hold(
+        self,
+        timestamps: Sequence[float],
+        *,
+        tolerance_s: float = 1e-4,
+        frame_numbers: list[int] | None = None,
+        keep: Callable[[Any], Any] | None = None,
+    ) -> list:
+        """The decoded frames shown at ``timestamps`` (increasing seconds, in the file), as
+        decoded: ``av.VideoFrame`` s in FFmpeg's pixel format (YUV 4:2:0 for what LeRobot
+        writes: half the bytes of RGB), referenced, not copied; :func:`planar_rgb` converts one
+        to the values :meth:`frames_at` gives. For the shuffle order, which holds a chunk's
+        frames until it emits them. Seeks and checks as :meth:`frames_at` does (the same errors
+        for a missing frame or one of another size); the look-back cache is not used or filled.
+        """
+        want = [float(t) for t in timestamps]
+        if not want:
+            return []
+        if any(b <= a for a, b in itertools.pairwise(want)):
+            raise ValueError("hold needs increasing timestamps")
+        out = []
+        ts = np.asarray(want)
+        for _, _, frame, _ in self._walk(
+            want, tolerance_s, ts, range(len(want)), frame_numbers, on_the_way=False
+        ):
+            out.append(frame if keep is None else keep(frame))
         return out
 
     def _raise_missing(self, ts, i, frame_numbers, *, end: bool = False, near: float | None = None):

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import MetadataMismatchError, describe
+from ..format.frame_store import FrameStore
 from ..format.metadata import DatasetMeta, EpisodeInfo
 from ..format.row_groups import RowGroupCache
 from ..format.tabular import ParquetTable
@@ -53,6 +54,7 @@ class ItemBuilder(DecodingThreads):
         self._tables: dict[str, ParquetTable] = {}
         self._row_groups = RowGroupCache()  # decoded parquet rows the next chunks read again
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
+        self._stores: dict[str, FrameStore] = {}  # held decoded frames (the shuffle order)
         self.decoder_threads = self.options.decoder_threads
         self.camera_threads = 1  # threads decoding concurrently (the stream sets it)
         self._pool: tuple[int, Any] | None = None  # (pid, ThreadPoolExecutor)
@@ -80,6 +82,7 @@ class ItemBuilder(DecodingThreads):
         state = self.__dict__.copy()
         state["_tables"] = {}
         state["_idle"] = OrderedDict()
+        state["_stores"] = {}
         state["_pool"] = None
         del state["_lock"]
         state["_checked"] = set()
@@ -104,6 +107,14 @@ class ItemBuilder(DecodingThreads):
         if any(i is None for i in found):
             return None
         return np.asarray(found, dtype=np.int64)
+
+    def frame_store(self, camera: str) -> FrameStore:
+        """This process's :class:`~robo_resume.format.frame_store.FrameStore` for ``camera``:
+        the reused memory the shuffle order holds decoded frames in (made on first use)."""
+        store = self._stores.get(camera)
+        if store is None:
+            store = self._stores[camera] = FrameStore()
+        return store
 
     def table(self, ep: EpisodeInfo) -> ParquetTable:
         """The (cached) parquet table holding ``ep``'s rows, its row count checked once."""

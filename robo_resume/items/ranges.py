@@ -182,6 +182,60 @@ class EpisodeRangeReader:
         out = {c: im for c, im in zip(cams, images, strict=True) if c not in into}
         return self._columns(frames, query, pads, out)
 
+    def hold(
+        self, stores: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, list]]]:
+        """Every frame of the range, decoded now and kept for emission in any order (the
+        shuffle order, :mod:`robo_resume.stream.window_read`): ``(columns, cameras)``.
+
+        ``columns``: what :meth:`raw` of ``range(start, stop)`` gives for everything but the
+        cameras (one row per frame; delta windows, their ``_is_pad`` flags and ``task``
+        included). ``cameras``: per camera ``(first, frames)``, the decoded frames
+        (``av.VideoFrame``, FFmpeg's pixel format, referenced, not copied) of the episode's
+        frames ``first, first + 1, ...`` that the range's frames and their delta windows show;
+        :func:`~robo_resume.format.rgb.planar_rgb` converts one to the values :meth:`raw`
+        gives. With ``stores`` (camera -> :class:`~robo_resume.format.frame_store.FrameStore`),
+        each frame goes into its camera's store as it is decoded and ``frames`` holds the keys.
+        Raises what :meth:`raw` of the range raises (the frames it stored freed again).
+        """
+        frames = np.arange(self.start, self.stop, dtype=np.int64)
+        query, pads = self._windows(frames)
+        cams = list(self.ep.videos)
+        for cam in cams:
+            self._video(cam)  # acquire decoders here, not on the decoding threads
+        tol = self.builder.options.tolerance_s
+
+        def decode(cam: str) -> tuple[int, list]:
+            q = query.get(cam)
+            lo = int(q.min()) if q is not None else self.start
+            hi = int(q.max()) + 1 if q is not None else self.stop
+            times = (
+                self.ep.videos[cam].from_timestamp + self.timestamps[lo - self.lo : hi - self.lo]
+            )
+            store = stores.get(cam) if stores else None
+            keep = None
+            if store is not None:
+                keys = stored[cam] = []
+
+                def keep(frame, put=store.put, keys=keys):
+                    keys.append(put(frame))
+                    return keys[-1]
+
+            held = self.videos[cam].hold(
+                times.tolist(), tolerance_s=tol, frame_numbers=list(range(lo, hi)), keep=keep
+            )
+            return lo, held
+
+        stored: dict[str, list[int]] = {}
+        try:
+            held = self.builder.map_cameras(decode, cams)
+            cols = self._columns(frames, query, pads, {})
+        except BaseException:
+            for cam, keys in stored.items():
+                stores[cam].free(keys)  # type: ignore[index]
+            raise
+        return cols, dict(zip(cams, held, strict=True))
+
     def ahead(self, frames: range) -> tuple[int, dict[str, Any]]:
         """Columns of the first ``m`` of ``frames`` decoded now, cameras unconverted: ``(m,
         columns)``, ``m`` as many as decode cleanly (0 when the decoders are not positioned,

@@ -41,13 +41,14 @@ Flags of its own (everything else is lerobot-train's):
   (lerobot refuses several datasets). The policy's features come from the first source; the
   normalisation statistics are aggregated over all sources (``aggregate_stats``). Give
   ``--dataset.repo_id`` as a name for the run (lerobot requires it).
-- ``--stream.interleave=N`` and ``--stream.interleave_order=spread|rounds|random``: how each
-  stream interleaves its chunks (``StreamTuning``). A new run's default is about as diverse as
-  lerobot's shuffled sampler: ``spread`` over ``min(batch_size, 32)`` open chunks
-  (:func:`~robo_resume.lerobot_train.options.resolve_stream`); ``--stream.interleave=4
-  --stream.interleave_order=random`` is the library's default (faster with 0 workers, a batch
-  mixes 4 chunks). A checkpoint keeps its run's values and resumes with them, no flags needed
-  (one written before these flags existed: 4, random).
+- ``--stream.order=shuffle|interleave``, ``--stream.shuffle_frames=N``,
+  ``--stream.interleave=N`` and ``--stream.interleave_order=spread|rounds|random``: how each
+  stream orders its frames (``StreamTuning``). A new run gets the library's default, the
+  shuffle order, which trains as well as lerobot's shuffled sampler
+  (:func:`~robo_resume.lerobot_train.options.resolve_stream`); the interleave order (an
+  interleave flag alone chooses it) is faster with ``--num_workers=0`` at a measured cost in
+  training quality. A checkpoint keeps its run's values and resumes with them, no flags needed
+  (one written before ``--stream.order`` existed: the interleave order it was saved with).
 
 Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
 file names, checks made before lerobot is imported), :mod:`.checkpoints` (robo_resume's files

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import RoboResumeError, describe
 from ..index.schedule import INTERLEAVE_ORDERS
+from ..stream.tuning import ORDERS, SHUFFLE_FRAMES
 
 DATA_DIR = "robo_resume"  # inside a checkpoint's training_state/
 DATA_STATE = "data_state.json"
@@ -20,14 +21,12 @@ MIN_LEROBOT = (0, 6)
 _OWN_PREFIX = "--mix."
 _STREAM_PREFIX = "--stream."
 
-DIVERSE_MAX_INTERLEAVE = 32
-"""Most chunks a stream of ``robo-resume train`` interleaves by default (see
-:func:`resolve_stream`): each open chunk keeps a decoder per camera (about 2 MB at 480x640)."""
-
-LEGACY_STREAM = {"interleave": 4, "interleave_order": "random"}
+LEGACY_STREAM = {"order": "interleave", "interleave": 4, "interleave_order": "random"}
 """The stream order of checkpoints written before ``--stream.*`` existed (the library's
-``StreamTuning`` defaults): such a checkpoint's options hold no ``stream`` entry, and it resumes
-with this order (its data state was saved with it)."""
+``StreamTuning`` defaults then): such a checkpoint's options hold no ``stream`` entry, and it
+resumes with this order (its data state was saved with it)."""
+
+_STREAM_FLAGS = ("order", "shuffle_frames", "interleave", "interleave_order")
 
 
 class TrainSetupError(RoboResumeError, ValueError):
@@ -170,19 +169,41 @@ def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
 
 @dataclasses.dataclass(frozen=True)
 class StreamOptions:
-    """The ``--stream.*`` flags: how a stream interleaves its chunks (None: not given).
+    """The ``--stream.*`` flags: how a stream orders its frames (None: not given).
 
     Attributes:
         interleave: ``--stream.interleave=N``, chunks open at once per stream
-            (``StreamTuning.interleave``).
+            (``StreamTuning.interleave``, the interleave order).
         interleave_order: ``--stream.interleave_order=spread|rounds|random``
             (``StreamTuning.interleave_order``).
+        order: ``--stream.order=shuffle|interleave`` (``StreamTuning.order``).
+        shuffle_frames: ``--stream.shuffle_frames=N``, frames per shuffle window
+            (``StreamTuning.shuffle_frames``).
     """
 
     interleave: int | None = None
     interleave_order: str | None = None
+    order: str | None = None
+    shuffle_frames: int | None = None
 
     def __post_init__(self) -> None:
+        if self.order is not None and self.order not in ORDERS:
+            raise TrainSetupError(
+                describe(
+                    "Unknown --stream.order",
+                    expected=" or ".join(ORDERS),
+                    found=self.order,
+                    fix="--stream.order=shuffle (the default) or --stream.order=interleave",
+                )
+            )
+        if self.shuffle_frames is not None and self.shuffle_frames < 1:
+            raise TrainSetupError(
+                describe(
+                    "--stream.shuffle_frames must be at least 1",
+                    found=self.shuffle_frames,
+                    fix="--stream.shuffle_frames=1024",
+                )
+            )
         if self.interleave is not None and self.interleave < 1:
             raise TrainSetupError(
                 describe(
@@ -208,50 +229,87 @@ class StreamOptions:
 
 def split_stream_args(argv: Sequence[str]) -> tuple[StreamOptions | None, list[str]]:
     """Split ``argv`` into the ``--stream.*`` flags (None if absent) and the other flags."""
-    own, rest = _own_flags(argv, _STREAM_PREFIX, ("interleave", "interleave_order"))
+    own, rest = _own_flags(argv, _STREAM_PREFIX, _STREAM_FLAGS)
     if not own:
         return None, rest
     own = {k: v.strip() for k, v in own.items()}
-    interleave = None
-    if "interleave" in own:
-        try:
-            interleave = int(own["interleave"])
-        except ValueError:
-            raise TrainSetupError(
-                describe(
-                    "--stream.interleave must be a whole number",
-                    found=own["interleave"],
-                    fix="--stream.interleave=32",
-                )
-            ) from None
-    return StreamOptions(interleave, own.get("interleave_order")), rest
+    numbers: dict[str, int] = {}
+    for name, example in (("interleave", 32), ("shuffle_frames", 1024)):
+        if name in own:
+            try:
+                numbers[name] = int(own[name])
+            except ValueError:
+                raise TrainSetupError(
+                    describe(
+                        f"--stream.{name} must be a whole number",
+                        found=own[name],
+                        fix=f"--stream.{name}={example}",
+                    )
+                ) from None
+    return (
+        StreamOptions(
+            interleave=numbers.get("interleave"),
+            interleave_order=own.get("interleave_order"),
+            order=own.get("order"),
+            shuffle_frames=numbers.get("shuffle_frames"),
+        ),
+        rest,
+    )
 
 
 def resolve_stream(
     flags: StreamOptions | None, saved: dict[str, Any] | None, batch_size: int
 ) -> dict[str, Any]:
-    """The ``StreamTuning`` keyword arguments (interleave, order) of a ``robo-resume train`` run.
+    """The ``StreamTuning`` keyword arguments (order, window, interleave) of a ``robo-resume
+    train`` run.
 
     ``saved``: the options of the checkpoint resumed from (None: a new run, or a checkpoint of
     plain lerobot-train, whose data starts anew). A checkpoint's own order is kept (its data
     state was saved with it; one written before ``--stream.*`` existed has
-    :data:`LEGACY_STREAM`). A new run gets batches about as diverse as lerobot's shuffled
-    sampler: ``interleave_order="spread"`` over ``min(batch_size, DIVERSE_MAX_INTERLEAVE)``
-    open chunks (0.96-1.04x the distinct episodes per batch of uniform sampling with as many
-    open chunks as a batch has frames, README "Batch diversity"). Flags given replace those
-    values; on a resume, other values than the checkpoint's are refused by the data state's
-    fingerprint.
+    :data:`LEGACY_STREAM`, one written before ``--stream.order`` existed the interleave order
+    with its interleave settings). A new run gets the library's default, the shuffle order,
+    which trains as well as lerobot's shuffled sampler (docs/training-quality.md). Flags given
+    replace those values (an interleave flag alone chooses the interleave order, as in
+    ``StreamTuning``); on a resume, other values than the checkpoint's are refused by the data
+    state's fingerprint. ``batch_size`` is not used (kept for callers).
     """
+    del batch_size
     if saved is not None:
         base = dict(saved.get("stream") or LEGACY_STREAM)
-    else:
-        base = {
-            "interleave": max(1, min(int(batch_size), DIVERSE_MAX_INTERLEAVE)),
-            "interleave_order": "spread",
-        }
+        base.setdefault("order", "interleave")  # written before the shuffle order existed
+    else:  # the window is written down: a later default must not change a saved run's order
+        base = {"order": "shuffle", "shuffle_frames": SHUFFLE_FRAMES}
     if flags is not None:
-        base.update(flags.given())
+        given = flags.given()
+        if "order" not in given and {"interleave", "interleave_order"} & set(given):
+            given["order"] = "interleave"
+        if given.get("order", base.get("order")) == "interleave":
+            base.pop("shuffle_frames", None)
+        else:
+            base.pop("interleave", None)
+            base.pop("interleave_order", None)
+        base.update(given)
     return base
+
+
+def stream_line(tuning: dict[str, Any]) -> str:
+    """The log line that says which order a run's streams use (``tuning``: from
+    :func:`resolve_stream`)."""
+    from ..stream.tuning import StreamTuning
+
+    t = StreamTuning(**tuning)
+    if t.resolved_order == "shuffle":
+        return (
+            f"streams shuffle windows of {t.shuffle_frames} frames of short chunks drawn from the "
+            "whole dataset: trains as well as lerobot's shuffled sampler "
+            "(robo_resume docs/training-quality.md)"
+        )
+    return (
+        f"streams interleave {t.interleave} open chunks ({t.interleave_order}): faster, but "
+        "consecutive batches share their chunks and a policy learns measurably worse than on "
+        "lerobot's shuffled sampler (robo_resume docs/training-quality.md); --stream.order="
+        "shuffle for the default"
+    )
 
 
 def check_config_path(args: Sequence[str]) -> None:

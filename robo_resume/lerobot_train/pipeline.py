@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .checkpoints import gather_rng, read_saved, restore_rng, save_atomic
-from .options import INDEX_LOG_ENV, MixOptions, StreamOptions, resolve_stream
+from .options import INDEX_LOG_ENV, MixOptions, StreamOptions, resolve_stream, stream_line
 from .setup import (
     build_dataset,
     camera_keys,
@@ -78,16 +78,7 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
         logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
     tuning = resolve_stream(stream, saved.get("options"), cfg.batch_size)
     if main_process:
-        logging.info(
-            f"streams interleave {tuning['interleave']} chunks ({tuning['interleave_order']})"
-            + (
-                ": batches about as diverse as lerobot's shuffled sampler; "
-                "--stream.interleave=4 --stream.interleave_order=random is faster with "
-                "--num_workers=0, with batches of fewer episodes"
-                if tuning["interleave_order"] == "spread"
-                else ""
-            )
-        )
+        logging.info(stream_line(tuning))
 
     meta = policy_metadata(cfg, mix)
     policy = make_policy(cfg=cfg.policy, ds_meta=meta, rename_map=cfg.rename_map)

@@ -126,7 +126,8 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
             the same topology and batch size (arithmetic start; see the module docstring).
         resume_state: a :meth:`MixTracker.state_dict` (it may come from another topology or
             batch size: elastic resume); resume_strict as for one dataset.
-        chunk_frames, tuning: defaults for every source.
+        chunk_frames, tuning: defaults for every source (``chunk_frames`` None: the order's
+            default, see :meth:`StreamTuning.chunk_frames`).
         delta_timestamps: in the mix's feature names.
         image_transforms, image_dtype: as in :class:`ChunkedEpisodeDataset`.
         on_error: "raise" or "skip", passed to every source (see the module docstring).
@@ -146,7 +147,7 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
         resume_step: int = 0,
         resume_state: Mapping[str, Any] | MixState | None = None,
         resume_strict: bool = True,
-        chunk_frames: int = 64,
+        chunk_frames: int | None = None,
         delta_timestamps: Mapping[str, Sequence[float]] | None = None,
         image_transforms: Callable[[torch.Tensor], torch.Tensor] | None = None,
         image_dtype: str = "float32",
@@ -203,7 +204,7 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
                     replace(
                         src.source,
                         features=src.source.selection(),  # the mix renames (self.renames)
-                        chunk_frames=src.chunk_frames or chunk_frames,
+                        chunk_frames=src.chunk_frames or chunk_frames,  # None: the order's
                     ),
                     batch_size=batch_size,
                     seed=self.source_seed(i),

@@ -25,6 +25,11 @@ _FIX = {
     "seed": "pass the same seed as the run that saved the state",
     "interleave_order": "pass the same StreamTuning(interleave_order=...) as the run that saved "
     "the state (a state without it was saved with the default, 'random')",
+    "order": "pass the same StreamTuning(order=...) as the run that saved the state (a state "
+    "without it was saved with the interleave order: StreamTuning.fast(); robo-resume train: "
+    "the same --stream.* flags, or none: its checkpoints keep them)",
+    "shuffle_frames": "pass the same StreamTuning(shuffle_frames=...) as the run that saved the "
+    "state",
     "interleave": "pass the same StreamTuning(interleave=...) as the run that saved the state "
     "(robo-resume train: the same --stream.* flags, or none: its checkpoints keep them)",
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
@@ -44,6 +49,12 @@ ABOUT = "about"
 what differs; never compared (the hashes beside it are)."""
 
 
+_UNRECORDED = {
+    "order": "interleave (not recorded: saved before robo_resume had the shuffle order)",
+}
+"""What a key a state does not record means (states written before the key existed)."""
+
+
 def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
     """``seed 1 vs 0; episodes 0-9 vs 0-7``: each differing key, this dataset's value first."""
     a, b = want.get(ABOUT) or {}, got.get(ABOUT) or {}
@@ -52,7 +63,8 @@ def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) 
         if k in a and a.get(k) == b.get(k):
             out.append(f"{k} ({a[k]} in both; it follows from the other differences)")
         elif k in a or k in b:
-            out.append(f"{k} {a.get(k, '(not recorded)')} vs {b.get(k, '(not recorded)')}")
+            theirs = b.get(k, _UNRECORDED.get(k, "(not recorded)"))
+            out.append(f"{k} {a.get(k, '(not recorded)')} vs {theirs}")
         else:
             out.append(f"{k} {want.get(k)!r} vs {got.get(k)!r}")
     return "; ".join(out)

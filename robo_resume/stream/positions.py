@@ -6,6 +6,7 @@ the plan, which this mixin owns; the dataset class file is over its size already
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -288,6 +289,32 @@ class _Positions:
             return 0
         return max(0, int(np.ceil(-min(window) * self.meta.fps - 1e-6)))
 
+    def _adopt_interleave_order(self, theirs: Any) -> None:
+        """A state saved with the interleave order (robo_resume 0.1's only order, and
+        :meth:`StreamTuning.fast`) resumes in that order when this dataset was built with the
+        default order (``order`` None, no interleave setting): the state's interleave settings,
+        and with ``chunk_frames`` None that order's chunk length (64), are adopted, so the run
+        goes on exactly as it would have (one INFO line; a plan that still differs is refused
+        by the fingerprint check, naming the plan). An explicit ``order`` is honoured (or
+        refused)."""
+        if not isinstance(theirs, Mapping) or "order" in theirs:
+            return
+        if self.tuning.order is not None or self.tuning.resolved_order != "shuffle":
+            return
+        order = {"interleave": int(theirs.get("interleave", 4))}
+        if "interleave_order" in theirs:
+            order["interleave_order"] = str(theirs["interleave_order"])
+        tuning = dataclasses.replace(self.tuning, order="interleave", **order)
+        chunk_frames = self.chunk_frames if self._chunk_frames_given else None
+        self._make_plan(tuning, tuning.chunk_frames(chunk_frames))
+        logger.info(
+            "resume: the state was saved with the interleave order (%d open chunks of %d frames, "
+            "robo_resume's default before the shuffle order): resuming in that order; pass "
+            "tuning=StreamTuning.fast() to say so, or start a new run for the shuffle order",
+            tuning.interleave,
+            self.chunk_frames,
+        )
+
     def _adopt_even_plan(self, theirs: Any) -> None:
         """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became
         the default) carries the digest of the even plan: when this plan has keyframe cuts and
@@ -341,15 +368,13 @@ class _Positions:
             logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
             return
         group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
-        done = np.bincount(group.order[:offset], minlength=len(group.segments))
-        j = int(group.order[offset])
-        seg = group.segments[j]
+        seg, frame = group.frame(offset)
         logger.info(
             "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
             stream,
             epoch,
             seg.chunk_id,
-            seg.start + int(done[j]),
+            frame,
             seg.episode_index,
             position,
         )

@@ -39,6 +39,7 @@ from ..stream.group_read import GroupRead, _Overlap
 from ..stream.lifetime import bind_to_trainer, freeze_inherited
 from ..stream.read_ahead import frames_ahead, held_bytes
 from ..stream.tuning import SKIP_ERRORS
+from ..stream.window_read import WindowRead
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 
 logger = logging.getLogger("robo_resume")
@@ -61,6 +62,10 @@ Measured on this 2-core machine, quiet, in one process (alternating 10-batch blo
 rounds, uint8, 0 workers), time per sample with one thread against the previous default of
 2: factory 96x96 2 cameras AV1 0.90x (0.94x with delta windows), h264 0.76x (0.73x); 224x224
 AV1 1.24x (1.14x); open50 480x640 1.42x. Sizes between 96x96 and 224x224 were not measured."""
+
+
+SHUFFLE_IDLE_FILES = 32
+"""Video files per camera whose decoders a shuffle-order stream keeps open between chunks."""
 
 
 def _cores() -> int:
@@ -166,8 +171,10 @@ class _Reading:
             threads = 1  # small frames: another thread costs more in GIL hand-offs than it gives
         self.items.camera_threads = max(threads, 1)
         # every open chunk's decoders stay reusable when its group ends (a group's chunks end
-        # together: without this a wide interleave reopened most of its files per group)
-        self.items.idle_decoders = max(IDLE_DECODERS, t.interleave * cams)
+        # together: without this a wide interleave reopened most of its files per group); the
+        # shuffle order reads one chunk at a time from anywhere: a decoder per file, up to 32
+        wide = t.interleave if t.resolved_order == "interleave" else SHUFFLE_IDLE_FILES
+        self.items.idle_decoders = max(IDLE_DECODERS, wide * cams)
 
     def _frame_pixels(self) -> int:
         """Pixels of the largest camera frame (0 without cameras)."""
@@ -303,7 +310,20 @@ class _Reading:
     def _read_group(
         self, group: Group, offset: int, role: int, num_workers: int, epoch: int, target
     ) -> Iterator[_Block]:
-        """Blocks of the group's frames from ``offset`` on: a :class:`GroupRead` (see there)."""
+        """Blocks of the group's frames from ``offset`` on: a :class:`GroupRead` (see there), or
+        for the shuffle order a :class:`~robo_resume.stream.window_read.WindowRead`."""
+        if not group.keeps_frame_order:
+            return iter(
+                WindowRead(
+                    self.items,
+                    group,
+                    offset,
+                    head=(self.rank, role, num_workers, epoch),
+                    target=target,
+                    skip=self.on_error == "skip",
+                    bad=[self._skipped_from(epoch, s) for s in group.segments],
+                )
+            )
         return iter(
             GroupRead(
                 self.items,

@@ -12,8 +12,25 @@ from ..format.keyframes import AUTO_KEYFRAME_INTERVAL as AUTO_KEYFRAME_INTERVAL
 from ..index.schedule import (
     INTERLEAVE_ORDERS,
     TAILS,
+    ScheduleConfig,
 )
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+
+ORDERS = ("shuffle", "interleave")
+"""Values of ``StreamTuning(order=...)``."""
+
+SHUFFLE_CHUNK_FRAMES = 2
+"""``chunk_frames`` when it is None and the order is "shuffle": two frames per chunk (one AV1 GOP
+as lerobot writes it), so that a shuffle window holds many places of the dataset (longer GOPs
+make chunks a GOP long, see ``cut_at_keyframes``)."""
+
+INTERLEAVE_CHUNK_FRAMES = 64
+"""``chunk_frames`` when it is None and the order is "interleave"."""
+
+SHUFFLE_FRAMES = 1024
+"""Default ``StreamTuning.shuffle_frames``."""
+
+_INTERLEAVE_DEFAULTS = {"interleave": 4, "interleave_order": "random"}
 
 ON_ERROR = ("raise", "skip")
 """Values of ``ChunkedEpisodeDataset(on_error=...)``."""
@@ -27,6 +44,25 @@ class StreamTuning:
     """Knobs that change the order or the speed of streaming (defaults are sensible).
 
     Attributes:
+        order: how a stream orders its frames. "shuffle" (the default): the stream reads short
+            chunks (``chunk_frames`` None: :data:`SHUFFLE_CHUNK_FRAMES` frames, or one GOP of a
+            long-GOP video) drawn at random from the whole dataset, in windows of
+            ``shuffle_frames`` frames, and emits each window's frames in a uniformly random
+            order: a policy trains on it as well as on uniform random sampling over frames
+            (docs/training-quality.md). "interleave": the faster order of robo_resume 0.1 (the
+            default until then): ``interleave`` chunks of ``chunk_frames`` (None: 64) frames
+            open at once, their frames interleaved (``interleave_order``); consecutive batches
+            then share their chunks, and the policy learns measurably worse (the same page).
+            None: "interleave" when ``interleave`` or ``interleave_order`` is set to something
+            other than its default, else "shuffle". See :meth:`fast`.
+        shuffle_frames: frames per shuffle window (``order="shuffle"``). The window's chunks are
+            decoded when the window first needs them and their frames held, decoded, until
+            emitted: a stream holds at most this many decoded frames per camera (YUV 4:2:0, 1.5
+            bytes a pixel): 1024 frames are at most 472 MB per camera at 480x640, 14 MB at
+            96x96, and with 2-frame chunks about a quarter of that at the peak (a chunk is held
+            from its first frame's emission to its last's). Larger windows mix more of the
+            dataset into each stretch of batches; smaller ones hold less. Part of a resume
+            state's fingerprint.
         interleave: chunks open at once per stream whose frames are interleaved (1 = none).
             Default 4: fast, but a batch holds 0.18-0.56x the distinct episodes of uniform
             random sampling (batch 8-32, README "Batch diversity"). About ``4 * batch_size``
@@ -92,6 +128,8 @@ class StreamTuning:
             is then faster); in workers, on the worker's own thread.
     """
 
+    order: str | None = None
+    shuffle_frames: int = SHUFFLE_FRAMES
     interleave: int = 4
     interleave_order: str = "random"
     tail: str = "drop"
@@ -105,6 +143,40 @@ class StreamTuning:
     def __post_init__(self) -> None:
         if self.block_frames < 1:
             raise ValueError(describe("block_frames must be >= 1", found=self.block_frames))
+        if self.order is not None and self.order not in ORDERS:
+            raise ValueError(
+                describe(
+                    "Unknown order",
+                    expected=" or ".join(map(repr, ORDERS)),
+                    found=repr(self.order),
+                )
+            )
+        sf = self.shuffle_frames
+        if isinstance(sf, bool) or not isinstance(sf, int) or sf < 1:
+            raise ValueError(describe("shuffle_frames must be a positive int", found=repr(sf)))
+        set_interleave = {
+            k: getattr(self, k) for k, v in _INTERLEAVE_DEFAULTS.items() if getattr(self, k) != v
+        }
+        if self.order == "shuffle" and set_interleave:
+            raise ValueError(
+                describe(
+                    "interleave and interleave_order belong to order='interleave'",
+                    expected="order='interleave' with them, or order='shuffle' without them",
+                    found=f"order='shuffle' with {set_interleave}",
+                    fix="pass order='interleave' to interleave open chunks, or drop "
+                    f"{', '.join(set_interleave)} to keep the shuffle order",
+                )
+            )
+        if self.shuffle_frames != SHUFFLE_FRAMES and self.resolved_order == "interleave":
+            raise ValueError(
+                describe(
+                    "shuffle_frames belongs to order='shuffle'",
+                    expected="shuffle_frames with order='shuffle' (or order=None)",
+                    found=f"shuffle_frames={self.shuffle_frames} with order='interleave'"
+                    + (f" (chosen by {set_interleave})" if self.order is None else ""),
+                    fix="drop shuffle_frames, or drop the interleave settings",
+                )
+            )
         if self.interleave_order not in INTERLEAVE_ORDERS:
             raise ValueError(
                 describe(
@@ -118,11 +190,58 @@ class StreamTuning:
                 describe("Unknown tail", expected=" or ".join(map(repr, TAILS)), found=self.tail)
             )
 
+    @property
+    def resolved_order(self) -> str:
+        """The order used: ``order``, or for None the one chosen by the interleave settings."""
+        if self.order is not None:
+            return self.order
+        changed = any(getattr(self, k) != v for k, v in _INTERLEAVE_DEFAULTS.items())
+        return "interleave" if changed else "shuffle"
+
+    def chunk_frames(self, chunk_frames: int | None) -> int:
+        """``chunk_frames`` itself, or for None this order's default
+        (:data:`SHUFFLE_CHUNK_FRAMES` or :data:`INTERLEAVE_CHUNK_FRAMES`)."""
+        if chunk_frames is not None:
+            return chunk_frames
+        if self.resolved_order == "shuffle":
+            return SHUFFLE_CHUNK_FRAMES
+        return INTERLEAVE_CHUNK_FRAMES
+
+    def schedule_config(self, *, seed: int, batch_size: int, drop_last: bool) -> ScheduleConfig:
+        """The :class:`~robo_resume.index.schedule.ScheduleConfig` of these knobs: what the
+        dataset and ``robo-resume plan`` schedule with."""
+        shuffle_order = self.resolved_order == "shuffle"
+        return ScheduleConfig(
+            seed=seed,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            tail=self.tail,
+            interleave=self.interleave,
+            shuffle=self.shuffle,
+            interleave_order="shuffle" if shuffle_order else self.interleave_order,
+            window=self.shuffle_frames if shuffle_order else 0,
+        )
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> StreamTuning:
+        """The interleave order of robo_resume 0.1, its default until then: ``order=
+        "interleave"``, 4 open chunks of 64 frames, frames drawn at random among them.
+
+        The most frames per second, especially without DataLoader workers, at a cost in
+        training quality: a stream keeps the same 4 chunks for about ``chunk_frames`` batches,
+        so consecutive batches are correlated and a policy learns measurably worse than on
+        uniform sampling (docs/training-quality.md gives the measured cost). Other knobs may be
+        passed, e.g. ``StreamTuning.fast(interleave=32, interleave_order="spread")``.
+        """
+        return cls(**{"order": "interleave", **overrides})
+
     @classmethod
     def evaluation(cls, **overrides: Any) -> StreamTuning:
         """The preset for validation and evaluation: every selected frame exactly once per pass.
 
-        ``shuffle=False`` and ``tail="keep"``: with ``num_workers=0`` the frames come in
+        ``shuffle=False``, ``tail="keep"`` and the interleave order (unshuffled, both orders
+        give the frames in dataset order; the interleave order reads 64-frame chunks forward):
+        with ``num_workers=0`` the frames come in
         dataset order (episode by episode, as selected); with workers, each worker reads a
         consecutive piece of that order, so each worker's frames are in order and the
         DataLoader alternates between the workers batch by batch. Use it with
@@ -131,4 +250,4 @@ class StreamTuning:
         consecutive part of the frames (see ``tail``); sum or gather the metrics per rank
         after the pass.
         """
-        return cls(**{"shuffle": False, "tail": "keep", **overrides})
+        return cls(**{"order": "interleave", "shuffle": False, "tail": "keep", **overrides})
