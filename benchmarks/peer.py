@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import logging
 import os
 import statistics
@@ -155,7 +156,7 @@ def _drain(
 
 
 def run_robo(case: Case, windows: bool, args: argparse.Namespace) -> dict[str, float]:
-    from robo_resume import ChunkedEpisodeDataset, worker_context
+    from robo_resume import ChunkedEpisodeDataset, StreamTuning, worker_context
 
     ds = ChunkedEpisodeDataset(
         case.root,
@@ -164,6 +165,7 @@ def run_robo(case: Case, windows: bool, args: argparse.Namespace) -> dict[str, f
         image_dtype="uint8",
         delta_timestamps=case.delta if windows else None,
         episodes=case.episodes,
+        tuning=StreamTuning(**json.loads(args.tuning)) if args.tuning else None,
     )
     loader = ds.dataloader(
         num_workers=WORKERS,
@@ -258,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         "forkserver with lerobot preloaded). Start-up is never in samples/s.",
     )
     p.add_argument("--data-dir", type=Path, default=REPO / "out" / "bench_data")
+    p.add_argument(
+        "--tuning",
+        help="robo_resume's StreamTuning keyword arguments as JSON (default: the library "
+        'default), e.g. \'{"order": "interleave"}\' for StreamTuning.fast()',
+    )
     p.add_argument("--quick", action="store_true", help="tiny datasets, one repeat (tests)")
     p.add_argument("--json", type=Path, help="write all numbers here")
     args = p.parse_args(argv)
@@ -275,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         start_forkserver()
     info = machine()
     print(describe_machine(info))
+    print(
+        f"robo_resume with StreamTuning(**{args.tuning})"
+        if args.tuning
+        else "robo_resume with its default order"
+    )
     problem = torchcodec_error()
     if problem is None:
         backends = BACKENDS

@@ -43,7 +43,8 @@ keywords and optionally ``"chunk_frames"``, passed to the dataset):
   looks like);
 - ``default``: ``ChunkedEpisodeDataset(root, batch_size=32, seed=s, episodes=train, ...)``
   with the library's default tuning (no ``tuning=``), for each ``--workers`` count;
-- ``fast``: ``StreamTuning(interleave=4, interleave_order="random")``, the old default.
+- ``fast``: ``StreamTuning.fast()`` (``order="interleave"``), the interleave order that was the
+  default before the shuffle order.
 
 A library order is read from the pure schedule (``ds.schedule(W).frame_indices(epoch,
 stream)``, nothing decoded): with ``W`` workers the DataLoader yields batch ``k`` from worker
@@ -54,8 +55,8 @@ for the 16-step action chunk) must have the same ``index`` values, and their sta
 chunk, ``_is_pad`` mask (and, for the CNN, uint8 image) must equal the in-memory rows the
 training's tensors are computed from, exactly (``torch.equal``); any difference stops the
 benchmark. The JSON records the batches checked (``loader_check_batches``). Two orders that
-give the same batches for a seed (e.g. ``default`` and ``fast`` when the default tuning is
-``fast``'s) are trained once; the JSON names the twin (``same_order_as``).
+give the same batches for a seed (e.g. ``default`` and an ``--orders`` row equal to it) are
+trained once; the JSON names the twin (``same_order_as``).
 
 Training data: every frame's columns are read once into memory (pyarrow; for the CNN the camera
 decoded once, uint8, through ``StreamTuning.evaluation()``), so every order indexes the same
@@ -73,8 +74,8 @@ Run: ``python benchmarks/quality.py [--cases open50,reach-mlp,reach-cnn] [--seed
 [--json out/quality.json]``. Everything takes about an hour and a half on a 2-core machine
 (a 4-layer MLP step at batch 32 is about 6 ms, a step of the CNN about 70 ms while other jobs
 ran, and the CNN's evaluation passes over all frames add about a third; reach-cnn is most of
-the time); ``--cases open50 --seeds 3 --lr constant --workers 0`` (9 runs,
-``default`` and ``fast`` being the same order) took 208 s while other jobs ran. ``--quick``:
+the time); ``--cases open50,reach-mlp --seeds 3 --lr constant,cosine --workers 0,2`` took
+6 minutes while other jobs ran. ``--quick``:
 the small reach dataset, 40 steps, 1 seed, constant lr, 0 workers, orders uniform/default/fast,
 every case, every batch checked against the loader (used by the tests; 33 s here, with the
 reach dataset to write and other jobs running).

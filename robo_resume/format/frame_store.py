@@ -13,6 +13,7 @@ times their size, and stays put once reached.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
@@ -70,6 +71,7 @@ class FrameStore:
         self._layout: tuple[str, int, int, tuple[tuple[int, int, int], ...]] | None = None
         self._slot_bytes = 0
         self._blocks: list[np.ndarray] = []
+        self._addresses: list[int] = []  # each slot's address
         self._free: list[int] = []
         self._objects: dict[int, Any] = {}  # keys < 0: frames kept as decoded
         self._next_object = -1
@@ -93,17 +95,24 @@ class FrameStore:
         self._slot_bytes = at
         return True
 
-    def _fits(self, frame: Any) -> bool:
+    def _sources(self, frame: Any) -> list[tuple[int, int, int]] | None:
+        """``(source address, offset in a slot, bytes)`` of each plane of ``frame``, or None
+        when the frame does not have the store's layout."""
         layout = self._layout
         if layout is None:
-            return False
+            return None
         fmt, w, h, planes = layout
         if frame.format.name != fmt or frame.width != w or frame.height != h:
-            return False
-        return all(
-            p.line_size == ls and p.line_size * p.height == size
-            for p, (_, ls, size) in zip(frame.planes, planes, strict=True)
-        )
+            return None
+        got = frame.planes
+        if len(got) != len(planes):
+            return None
+        out = []
+        for p, (at, ls, size) in zip(got, planes, strict=True):
+            if p.line_size != ls or p.line_size * p.height != size:
+                return None
+            out.append((p.buffer_ptr, at, size))
+        return out
 
     def put(self, frame: Any) -> int:
         """Keep ``frame`` (a decoded ``av.VideoFrame``); returns its key."""
@@ -111,7 +120,8 @@ class FrameStore:
             if self._layout is None and not self._learn(frame):
                 self._layout = ("", 0, 0, ())  # nothing fits: every frame kept as decoded
             self.held += 1
-            if not self._fits(frame):
+            sources = self._sources(frame)
+            if sources is None:
                 key = self._next_object
                 self._next_object -= 1
                 self._objects[key] = frame
@@ -119,15 +129,17 @@ class FrameStore:
             if not self._free:
                 self._grow()
             slot = self._free.pop()
-        block, row = divmod(slot, BLOCK_SLOTS)
-        dst = self._blocks[block][row]
-        for p, (at, _, size) in zip(frame.planes, self._layout[3], strict=True):
-            dst[at : at + size] = np.frombuffer(p, np.uint8, size)
+        base = self._addresses[slot]
+        for src, at, size in sources:  # the frame holds its buffers while this copies
+            ctypes.memmove(base + at, src, size)
         return slot
 
     def _grow(self) -> None:
         n = len(self._blocks)
-        self._blocks.append(np.empty((BLOCK_SLOTS, self._slot_bytes), dtype=np.uint8))
+        block = np.empty((BLOCK_SLOTS, self._slot_bytes), dtype=np.uint8)
+        self._blocks.append(block)
+        base = block.ctypes.data
+        self._addresses.extend(base + r * self._slot_bytes for r in range(BLOCK_SLOTS))
         self._free.extend(range((n + 1) * BLOCK_SLOTS - 1, n * BLOCK_SLOTS - 1, -1))
 
     def frame(self, key: int) -> Any:
@@ -137,8 +149,7 @@ class FrameStore:
         view = self._views.get(key)
         if view is None:
             fmt, w, h, planes = self._layout  # type: ignore[misc]
-            block, row = divmod(key, BLOCK_SLOTS)
-            base = self._blocks[block][row].ctypes.data
+            base = self._addresses[key]
             view = StoredFrame(_Format(fmt), w, h, [_Plane(base + at, ls) for at, ls, _ in planes])
             self._views[key] = view
         return view

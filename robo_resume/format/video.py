@@ -547,7 +547,17 @@ class VideoReader:
             self._remember(t, np.ascontiguousarray(image).copy())
         return out
 
-    def _walk(self, want, tolerance_s, ts, pending, frame_numbers, *, on_the_way: bool):
+    def _walk(
+        self,
+        want,
+        tolerance_s,
+        ts,
+        pending,
+        frame_numbers,
+        *,
+        on_the_way: bool,
+        seek_threshold_s: float | None = None,
+    ):
         """Decode forward to the frames shown at ``want`` (non-decreasing seconds), seeking
         first when the decoder is not positioned before ``want[0]`` (or far before it).
 
@@ -556,14 +566,16 @@ class VideoReader:
         decoded on the way after ``want[0]`` when ``on_the_way``. Raises
         :class:`VideoDecodeError` for a wanted time without a frame (``ts[pending[k]]`` and
         ``frame_numbers`` name it), :class:`MetadataMismatchError` for a frame of another size.
+        ``seek_threshold_s``: instead of :attr:`seek_threshold_s`.
         """
         first = want[0]
+        ahead = self.seek_threshold_s if seek_threshold_s is None else seek_threshold_s
         self._open()
         if (
             self._frames is None
             or self._last_time is None
             or first < self._last_time + tolerance_s  # at or before a frame already passed
-            or first - self._last_time > self.seek_threshold_s
+            or first - self._last_time > ahead
         ):
             self._seek(first)
             fresh_seek = True
@@ -607,6 +619,7 @@ class VideoReader:
         tolerance_s: float = 1e-4,
         frame_numbers: list[int] | None = None,
         keep: Callable[[Any], Any] | None = None,
+        seek_threshold_s: float | None = None,
     ) -> list:
         """The decoded frames shown at ``timestamps`` (increasing seconds, in the file), as
         decoded: ``av.VideoFrame`` s in FFmpeg's pixel format (YUV 4:2:0 for what LeRobot
@@ -623,7 +636,13 @@ class VideoReader:
         out = []
         ts = np.asarray(want)
         for _, _, frame, _ in self._walk(
-            want, tolerance_s, ts, range(len(want)), frame_numbers, on_the_way=False
+            want,
+            tolerance_s,
+            ts,
+            range(len(want)),
+            frame_numbers,
+            on_the_way=False,
+            seek_threshold_s=seek_threshold_s,
         ):
             out.append(frame if keep is None else keep(frame))
         return out

@@ -222,10 +222,17 @@ class EpisodeRangeReader:
                     return keys[-1]
 
             held = self.videos[cam].hold(
-                times.tolist(), tolerance_s=tol, frame_numbers=list(range(lo, hi)), keep=keep
+                times.tolist(),
+                tolerance_s=tol,
+                frame_numbers=list(range(lo, hi)),
+                keep=keep,
+                seek_threshold_s=seek_after,
             )
             return lo, held
 
+        # a range starts on a keyframe (2-frame GOPs, or the plan's keyframe cuts): seeking to
+        # it decodes nothing more, decoding on to it decodes the gap; so seek unless it is next
+        seek_after = 1.5 / self.builder.meta.fps
         stored: dict[str, list[int]] = {}
         try:
             held = self.builder.map_cameras(decode, cams)
