@@ -24,7 +24,10 @@ Each measurement builds the dataset and loader (not timed), then times ``iter()`
 batch separately ("first batch": worker start-up, imports, first seeks; reported, never part of
 samples/s), discards ``--warmup`` batches in all (the first included) and times the next
 ``--batches`` batches of robo_resume or ``--peer-batches`` of lerobot, the latter stopping early
-after ``--peer-seconds`` (at least one batch). Target: robo_resume >= 4x lerobot+torchcodec.
+after ``--peer-seconds`` (at least one batch). The default warm-up (12 batches) is more than
+the 8 batches two workers with prefetch factor 4 queue while they start: timed batches are
+produced, not taken from that queue (with 3 warm-up batches and 20 timed ones lerobot measured
+up to 2x faster). Target: robo_resume >= 4x lerobot+torchcodec.
 
 Datasets: (b) the factory dataset of ``benchmarks/throughput.py`` (224x224, 2 cameras, AV1 with a
 keyframe every 2 frames, lerobot's default encoding; 20 episodes of 300 frames, written once to
@@ -247,12 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="b,d", help="which of b (factory), d (open50)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--batches", type=int, default=60, help="timed batches of robo_resume")
-    p.add_argument("--peer-batches", type=int, default=20, help="timed batches of lerobot")
+    p.add_argument("--batches", type=int, default=120, help="timed batches of robo_resume")
+    p.add_argument("--peer-batches", type=int, default=40, help="timed batches of lerobot")
     p.add_argument(
         "--peer-seconds", type=float, default=20.0, help="stop timing lerobot after this long"
     )
-    p.add_argument("--warmup", type=int, default=4, help="batches not timed (first included)")
+    p.add_argument("--warmup", type=int, default=12, help="batches not timed (first included)")
     p.add_argument(
         "--peer-start",
         choices=("spawn", "forkserver"),

@@ -59,29 +59,23 @@ class StreamTuning:
             decoded when the window first needs them and their frames held, decoded, until
             emitted: a stream holds at most this many decoded frames per camera (YUV 4:2:0, 1.5
             bytes a pixel): 1024 frames are at most 472 MB per camera at 480x640, 14 MB at
-            96x96, and with 2-frame chunks about a quarter of that at the peak (a chunk is held
-            from its first frame's emission to its last's). Larger windows mix more of the
-            dataset into each stretch of batches; smaller ones hold less. Part of a resume
-            state's fingerprint.
-        interleave: chunks open at once per stream whose frames are interleaved (1 = none).
-            Default 4: fast, but a batch holds 0.18-0.56x the distinct episodes of uniform
-            random sampling (batch 8-32, README "Batch diversity"). About ``4 * batch_size``
-            (at most 128) comes within 0.9x of uniform sampling (``2 * batch_size`` with
-            ``interleave_order="rounds"``, ``batch_size`` with ``"spread"``), at a cost: each
-            open chunk keeps a video decoder per camera (about 2 MB at 480x640), and over whole
-            epochs (batch 32, uint8, quiet machine) frames/s measured 0.74-0.90x of the default
-            (README "Batch diversity"; "spread" at 32 open chunks, paired: 0.69-0.93x).
-        interleave_order: how the frames of the open chunks are interleaved. "random"
-            (default): a seeded permutation of all their frames, so a chunk may give several
-            frames in a row and a batch of ``B`` frames draws from fewer than ``min(B,
-            interleave)`` chunks. "rounds": every open chunk gives one frame per round, each
+            96x96; with 2-frame chunks about a quarter of that at the peak (a chunk is held from
+            its first frame's emission to its last's), with long-GOP chunks most of it. Larger
+            windows mix more of the dataset into each stretch of batches; smaller ones hold
+            less. Part of a resume state's fingerprint.
+        interleave: the interleave order's chunks open at once per stream, whose frames are
+            interleaved (1 = none). Default 4 (:meth:`fast`): batches of about 4 chunks. More
+            open chunks put more episodes into a batch, at a cost in speed and memory (each
+            open chunk keeps a video decoder per camera), but consecutive batches still share
+            their chunks (docs/interleave-order.md, docs/training-quality.md).
+        interleave_order: how the interleave order interleaves the frames of the open chunks.
+            "random" (default): a seeded permutation of all their frames, so a chunk may give
+            several frames in a row. "rounds": every open chunk gives one frame per round, each
             round in a seeded order, so ``B`` consecutive frames come from ``min(B,
-            interleave)`` chunks: the same diversity as "random" from about half the open
-            chunks (README, "Batch diversity"). "spread": every open chunk's frames are spaced
-            evenly over the whole group, so a chunk shorter than the others (an episode's tail)
-            does not leave the group's last rounds to a few long chunks: ``interleave`` =
-            batch size comes within 0.96-1.04x of uniform sampling (open50, factory; "rounds"
-            0.84-1.0x). Each chunk's frames stay in order with every order.
+            interleave)`` chunks. "spread": every open chunk's frames are spaced evenly over
+            the whole group, so a chunk shorter than the others (an episode's tail) does not
+            leave the group's last rounds to a few long chunks. Each chunk's frames stay in
+            order with every one of them.
         tail: what happens to the frames that do not divide evenly over the streams (DataLoader
             workers x ranks) each epoch. "drop" (default, training): they are left out (fewer
             than one per stream, a different few every epoch), every stream yields the same
