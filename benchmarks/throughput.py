@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             f"note: interleave >= batch size {BATCH} reads ahead (up to 16 frames of an open "
             "chunk per visit): frames decoded during a short warm-up serve the first timed "
             "batches and flatter the setting; --warmup 8 --batches 128 time whole read-ahead "
-            "periods (README, 'Batch diversity')"
+            "periods (docs/interleave-order.md, 'Batch diversity')"
         )
     info = machine()
     print(describe_machine(info))

@@ -223,7 +223,7 @@ def test_the_default_interleave_never_reads_ahead(cams):
 def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
     """Frames above READ_AHEAD_MAX_FRAME (bytes held, YUV 4:2:0) are never read ahead, however
     many chunks are open: each is decoded into its batch, nothing beyond the batches' frames
-    (larger frames were not measured, README "Batch diversity")."""
+    (larger frames were not measured, docs/interleave-order.md)."""
     ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=8, tuning=WIDE, image_dtype="uint8")
     assert len(ds.chunks) >= 32 and ds._read_ahead(32) > 1  # small frames: read ahead
     frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys) // 2
