@@ -119,7 +119,7 @@ if __name__ == "__main__":
     out["shared"] = [rss("RssShmem:")]  # the main process's memory files (spawn, forkserver)
     fs = mp.get_context("forkserver")
     for epoch in (1, 2, 3):  # later epochs, each with new workers: their layouts replace it
-        ds._slots[0, :2] = torch.tensor([epoch, 1])  # what the loader's next iteration sets
+        ds.epochs.worker(0).playing(epoch - 1)  # what the loader's next iteration sets
         ds.share_schedule(8)
         child(fs, start, ds)
         gc.collect(); out["shared"].append(rss("RssShmem:"))

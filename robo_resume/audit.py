@@ -13,16 +13,12 @@ runs real ``torch.utils.data.DataLoader``s with workers over a real dataset and 
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from .dataset import ChunkedEpisodeDataset
-from .state import ResumeState
 
 __all__ = ["SCENARIOS", "AuditResult", "NaiveResumeDataset", "audit", "consume", "epochs_started"]
 
@@ -185,8 +181,4 @@ def epochs_started(ds: ChunkedEpisodeDataset, state: Mapping[str, Any], num_work
         return 0
     # a fresh view of ds resuming from ``state``: the start point depends on the resume state,
     # the per-topology plans made from it, and the epoch table (nothing else is shared state)
-    probe = copy.copy(ds)
-    probe.resume_state = ResumeState.from_dict(state)
-    probe._plans, probe._elastic_starts = {}, {}
-    probe._slots = torch.zeros_like(ds._slots)
-    return probe.next_epoch(num_workers)
+    return ds.positions.resuming(state).next_epoch(num_workers, ds.epochs.fresh())

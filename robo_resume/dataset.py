@@ -11,46 +11,50 @@ turned into each stream's (epoch, position) without reading anything that is ski
 
 Epochs: every ``iter()`` over the DataLoader is one epoch (the first one after a resume is the
 rest of the interrupted epoch). Workers learn the epoch from a small shared-memory table owned by
-this object, so it works with and without ``persistent_workers`` and there is no ``set_epoch`` to
-forget.
+this object (:class:`~robo_resume.stream.epochs.EpochTable`), so it works with and without
+``persistent_workers`` and there is no ``set_epoch`` to forget.
+
+The dataset is composed of two parts with small interfaces: a
+:class:`~robo_resume.stream.positions.StreamPositions` (plan, schedule, resume arithmetic; pure)
+and a :class:`~robo_resume.stream.reading.StreamReader` (blocks, rings, decoding). What this
+class adds is the torch protocols (``__iter__``, the StatefulDataLoader hooks, pickling) and
+where each stream starts, from the positions and the epoch table.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .errors import (
-    describe,
-    format_ranges,
-)
-from .format.arrow_columns import release_freed_memory
-from .format.keyframes import keyframe_cuts
+from .errors import describe
 from .format.metadata import DatasetMeta, load_metadata
 from .hub import resolve_dataset
 from .index.elastic import Layout, Level
-from .index.plan import EpisodeSpans, Plan, make_chunks, plan_digest
-from .index.schedule import (
-    Schedule,
-)
+from .index.plan import EpisodeSpans, Plan
+from .index.schedule import Schedule, Topology
+from .index.start import StartPoint
 from .items import ItemBuilder, ItemOptions
 from .items.names import check_renames, dataset_keys, renamed
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .source import DataSource, as_source
 from .splits import selected_episode_array
-from .state.fingerprint import expected_for, value_hash
+from .state.fingerprint import expected_for
 from .state.records import check_resume_step
 from .state.resume import MAX_WORKERS, ResumeState
 from .state.stream_state import check_stream_state, stream_state
+from .stream.blocks import StreamRun
+from .stream.epochs import EpochTable
 from .stream.front import batch_loader
+from .stream.lifetime import bind_to_trainer, freeze_inherited
 from .stream.loader import _Batches
-from .stream.positions import _Positions
-from .stream.reading import _Reading
+from .stream.positions import StreamPositions
+from .stream.reading import PLAIN_LOADER_NOTE, StreamReader
 from .stream.shared_arrays import SharedArrays, reduce_for_worker
 from .stream.startup import _resolve_rank, worker_context
 from .stream.tuning import ON_ERROR, SKIP_ERRORS, StreamTuning
@@ -83,7 +87,17 @@ def episode_spans(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeS
     return EpisodeSpans(*meta.spans(episodes))
 
 
-class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
+def window_lookback(meta: DatasetMeta, options: ItemOptions) -> int:
+    """Frames the first camera's delta window reaches back (0 without a window): how far
+    before a chunk's first frame its reads start, which keyframe cuts allow for."""
+    cams = meta.camera_keys
+    window = (options.delta_timestamps or {}).get(cams[0]) if cams else None
+    if not window:
+        return 0
+    return max(0, int(np.ceil(-min(window) * meta.fps - 1e-6)))
+
+
+class ChunkedEpisodeDataset(IterableDataset):
     """Stream a LeRobot dataset (v3.0 or v2.1) in shuffled chunks with exact resume.
 
     Args:
@@ -164,9 +178,9 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
             raise ValueError(describe("batch_size must be a positive int", found=batch_size))
         self.source = src = as_source(source, source_fields, owner="ChunkedEpisodeDataset")
         check_resume_step(resume_step, batch_size)
-        self.tuning = tuning or StreamTuning()
-        chunk_frames = self.tuning.chunk_frames(src.chunk_frames)
-        if self.tuning.tail == "keep" and (drop_last or infinite):
+        tuning = tuning or StreamTuning()
+        chunk_frames = tuning.chunk_frames(src.chunk_frames)
+        if tuning.tail == "keep" and (drop_last or infinite):
             raise ValueError(
                 describe(
                     "StreamTuning(tail='keep') yields every frame exactly once per pass",
@@ -188,12 +202,11 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         self.meta = (meta if meta is not None else load_metadata(src.root)).select(features)
         self.renames = check_renames(self.meta, src.renames())
         every = src.episodes is None
-        self._episodes = selected_episode_array(self.meta, src.episodes)
+        episodes = selected_episode_array(self.meta, src.episodes)
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = drop_last
         self.infinite = infinite
-        self.chunk_frames = chunk_frames
         self.resume_step = resume_step
         self.rank, self.world_size = _resolve_rank(rank, world_size)
         self.items = ItemBuilder(
@@ -202,45 +215,43 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
                 delta_timestamps=dataset_keys(delta_timestamps, self.renames) or None,
                 image_dtype=image_dtype,
                 image_transforms=image_transforms,
-                tolerance_s=self.tuning.tolerance_s,
-                decoder_threads=self.tuning.decoder_threads,
+                tolerance_s=tuning.tolerance_s,
+                decoder_threads=tuning.decoder_threads,
             ),
         )
-        self._spans = episode_spans(self.meta, None if every else self._episodes)
-        self.total_frames = int(self._spans.length.sum())
-        self._chunk_frames_given = src.chunk_frames is not None
-        self._schedules: dict[int, Schedule] = {}
-        self._make_plan(self.tuning, chunk_frames)
-        self.use_resume_state(resume_state, strict=resume_strict)
-        # Shared table, one row per worker: [next epoch, resume applied, stream epoch, position]
-        self._slots = torch.zeros((MAX_WORKERS, 4), dtype=torch.int64).share_memory_()
-        # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
-        self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
-        self._plain_rings: dict[tuple[str, int], Any] = {}  # a plain loader worker's (reading)
-        self._loaded: dict[str, int] | None = None
+        self.positions = StreamPositions(
+            self.meta,
+            episodes,
+            episode_spans(self.meta, None if every else episodes),
+            batch_size=batch_size,
+            seed=seed,
+            drop_last=drop_last,
+            infinite=infinite,
+            rank=self.rank,
+            world_size=self.world_size,
+            resume_step=resume_step,
+            tuning=tuning,
+            chunk_frames=chunk_frames,
+            chunk_frames_given=src.chunk_frames is not None,
+            window_lookback=window_lookback(self.meta, self.items.options),
+        )
+        self.positions.use_resume_state(resume_state, strict=resume_strict)
+        self.reader = StreamReader(
+            self.items,
+            self.positions,
+            self.renames,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            infinite=infinite,
+            on_error=on_error,
+            rank=self.rank,
+        )
+        self.epochs = EpochTable()
+        self._loaded: dict[str, int] | None = None  # a StatefulDataLoader state to start from
+        # where this process's stream stands (the StatefulDataLoader state), kept up to date by
+        # the reader as batches are handed out
         self._live = {"rank": self.rank, "role": 0, "num_workers": 0, "epoch": 0, "position": 0}
         self._shared = SharedArrays()  # large arrays for spawn/forkserver workers (__reduce_ex__)
-
-    def _make_plan(self, tuning: StreamTuning, chunk_frames: int) -> None:
-        """Make the plan and the schedule options of ``tuning`` with ``chunk_frames`` (at
-        construction, and again when an older resume state's order is adopted)."""
-        self.tuning, self.chunk_frames = tuning, chunk_frames
-        cut = tuning.cut_at_keyframes
-        cuts = None
-        if cut is not False:
-            cuts = keyframe_cuts(
-                self.meta, self._episodes, auto=cut is None, lookback=self._window_lookback()
-            )
-        # whether the plan's chunks start on keyframes (cut_at_keyframes resolved; False
-        # after adopting a resume state's plan without them, _adopt_even_plan)
-        self.keyframe_cuts = cuts is not None
-        self.chunks: Plan = make_chunks(self._spans, chunk_frames, cut_points=cuts)
-        release_freed_memory()  # planning's temporaries: about 2x the plan at 10^6 episodes
-        self.config = tuning.schedule_config(
-            seed=self.seed, batch_size=self.batch_size, drop_last=self.drop_last
-        )
-        self._fingerprint: dict[str, Any] | None = None
-        self._schedules = {}
 
     # -- pickling ------------------------------------------------------------------------------
     def __reduce_ex__(self, protocol: Any) -> Any:
@@ -265,64 +276,55 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         """The selected episode indices, sorted and unique (what ``episodes=`` resolved to), as
         a new tuple at each access: the dataset keeps them as an int64 array (8 MB at 10^6
         episodes instead of about 40 MB of Python ints per process)."""
-        return tuple(self._episodes.tolist())
+        return tuple(self.positions.episodes.tolist())
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of the selected episodes."""
+        return self.positions.total_frames
+
+    @property
+    def tuning(self) -> StreamTuning:
+        """The :class:`StreamTuning` in force (a resumed legacy state's order included)."""
+        return self.positions.tuning
+
+    @property
+    def chunk_frames(self) -> int:
+        """Frames per chunk of the plan (before keyframe cuts)."""
+        return self.positions.chunk_frames
+
+    @property
+    def chunks(self) -> Plan:
+        """The plan: the chunks of the selected episodes (:class:`~robo_resume.index.plan.Plan`)."""
+        return self.positions.chunks
+
+    @property
+    def keyframe_cuts(self) -> bool:
+        """Whether the plan's chunks start on keyframes."""
+        return self.positions.keyframe_cuts
+
+    @property
+    def config(self) -> Any:
+        """The schedule options (:class:`~robo_resume.index.schedule.ScheduleConfig`)."""
+        return self.positions.config
+
+    @property
+    def resume_state(self) -> ResumeState | None:
+        """The parsed resume state this dataset resumes from (None: ``resume_step`` or none)."""
+        return self.positions.resume_state
 
     @property
     def fingerprint(self) -> dict[str, Any]:
         """What a resume state must match: dataset, selection, plan and schedule options.
 
-        Computed on first use (hashing a plan of 10^6 episodes takes about 0.2 s; ``robo-resume
-        plan`` and a run that never saves or loads a state do not need it), then kept.
+        Computed on first use (``robo-resume plan`` and a run that never saves or loads a
+        state do not need it), then kept.
         """
-        if self._fingerprint is None:
-            self._fingerprint = self._make_fingerprint()
-        return self._fingerprint
+        return self.positions.fingerprint
 
     @fingerprint.setter
     def fingerprint(self, value: dict[str, Any]) -> None:
-        self._fingerprint = value
-
-    def _make_fingerprint(self) -> dict[str, Any]:
-        return {
-            "dataset": self.meta.fingerprint()["episodes_sha256"],
-            "total_frames": self.total_frames,
-            "episodes": value_hash(self._episodes.tolist()),
-            "plan": plan_digest(self.chunks),
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "drop_last": self.drop_last,
-            "tail": self.tuning.tail,
-            "interleave": self.tuning.interleave,
-            "shuffle": self.tuning.shuffle,
-            # only when not the default: states saved before the option keep matching
-            **(
-                {"interleave_order": self.tuning.interleave_order}
-                if self.tuning.interleave_order != "random"
-                else {}
-            ),
-            # only for the shuffle order: states saved with the interleave order (robo_resume
-            # 0.1 had no other) keep matching a dataset built with StreamTuning.fast()
-            **(
-                {"order": "shuffle", "shuffle_frames": self.tuning.shuffle_frames}
-                if self.tuning.resolved_order == "shuffle"
-                else {}
-            ),
-            "mode": "infinite" if self.infinite else "epoch",
-            "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
-                "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
-                f"{self.meta.total_frames} frames)",
-                "episodes": format_ranges(self._episodes, limit=120),
-                "plan": f"chunk_frames {self.chunk_frames}"
-                + (", cut at keyframes" if self.keyframe_cuts else ""),
-                "interleave_order": self.tuning.interleave_order,
-                "order": self.tuning.resolved_order
-                + (
-                    f" ({self.tuning.shuffle_frames} frames a window)"
-                    if self.tuning.resolved_order == "shuffle"
-                    else f" ({self.tuning.interleave} open chunks)"
-                ),
-            },
-        }
+        self.positions.fingerprint = value
 
     def use_resume_state(
         self, state: Mapping[str, Any] | ResumeState | None, *, strict: bool = True
@@ -333,23 +335,178 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         For a caller that checks its own state first and hands the dataset its part (the
         sources of :class:`robo_resume.mix.MixedDataset`); call it before any iteration.
         """
-        self.resume_state = None
-        if state is not None:
-            self.resume_state = ResumeState.from_dict(state)
-            self._adopt_interleave_order(self.resume_state.fingerprint)
-            self._adopt_even_plan(self.resume_state.fingerprint)
-            expected = expected_for(self.fingerprint, self.resume_state.fingerprint, self.chunks)
-            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
-                expected["batch_size"] = self.resume_state.batch_size
-            self.resume_state.check_fingerprint(expected, strict=strict)
-        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
-        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
-        # (epoch, chunk) -> [(segment start, stop, first skipped frame)] of the state's skips
-        self._skip_from: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-        for r in getattr(self.resume_state, "skipped", ()):
-            self._skip_from.setdefault((r["epoch"], r["chunk"]), []).append(
-                (r["start"], r["stop"], r["frame"])
+        self.positions.use_resume_state(state, strict=strict)
+
+    # -- positions (pure arithmetic, robo_resume.stream.positions) -------------------------------
+    def schedule(self, num_workers: int) -> Schedule:
+        """The pure schedule for this rank's DataLoader with ``num_workers`` workers."""
+        return self.positions.schedule(num_workers)
+
+    def layout(self, num_workers: int) -> Layout:
+        """What this rank's streams emit per epoch, with ``num_workers`` workers.
+
+        The schedule's epochs, plus, after an elastic resume (a ``resume_state`` of another
+        topology or batch size, or one saved during such a run's first epoch), the *remainder
+        epoch*: what the interrupted epoch had left, re-partitioned over this topology.
+        """
+        return self.positions.layout(num_workers)
+
+    def elastic_origin(self, num_workers: int) -> tuple[int | None, tuple[Level, ...]]:
+        """``(remainder epoch label, origin levels)`` a state of this run must carry."""
+        return self.positions.elastic_origin(num_workers)
+
+    def start_point(self, num_workers: int) -> StartPoint:
+        """Where this rank's streams start: a :class:`~robo_resume.index.start.StartPoint`
+        ``(rotation, [(epoch, position)] per role, batches)``.
+
+        From ``resume_state`` when given (cursors), else from ``resume_step`` (arithmetic). New
+        worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration. After a
+        topology or batch size change every role starts at position 0 of the remainder epoch
+        (see :meth:`layout`), with rotation 0 and a batch count of 0.
+        """
+        return self.positions.start_point(num_workers)
+
+    def batches_per_epoch(self, num_workers: int) -> int:
+        """Batches this rank's DataLoader yields per epoch (equal on every rank, except with
+        ``StreamTuning(tail="keep")`` when the frames cannot be split so)."""
+        return self.positions.batches_per_epoch(num_workers)
+
+    def batches_next_iteration(self, num_workers: int) -> int:
+        """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
+
+        The first iteration runs from :meth:`start_point` to the end of its epoch (a partial
+        epoch after a resume; the remainder epoch after an elastic resume); later ones are
+        whole epochs of :meth:`layout`. Raises TypeError in infinite mode (no end).
+        """
+        return self.positions.batches_next_iteration(num_workers, self.epochs)
+
+    def next_epoch(self, num_workers: int) -> int:
+        """The epoch the next iteration of this rank's loader (``num_workers``) plays.
+
+        Before the first iteration: the epoch the resume point stands in (0 without a resume;
+        after a resume, the interrupted epoch, or the next one when the checkpoint was taken
+        at its end; after an elastic resume, the remainder epoch's label, which is the
+        interrupted epoch's number). Then one more per iteration the loader started. Epoch
+        mode only (an infinite dataset has one endless iteration: TypeError). This is what
+        :meth:`BatchLoader.epochs` counts with, whatever topology the checkpoint had.
+        """
+        return self.positions.next_epoch(num_workers, self.epochs)
+
+    def share_schedule(self, num_workers: int) -> None:
+        """Compute the layout of the epoch the next iteration starts in, here, before the
+        DataLoader's workers start: they inherit it (fork) or map it from shared memory with
+        the dataset's other large arrays (spawn, forkserver:
+        :mod:`robo_resume.stream.shared_arrays`) instead of each computing it. What
+        :class:`~robo_resume.stream.loader.BatchLoader` calls per iteration; a remainder epoch
+        (elastic resume) has no layout to share. The frames are the same either way.
+        """
+        self.positions.share_schedule(num_workers, self.epochs)
+
+    # -- streams (read by robo_resume.stream.reading) --------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """This worker's stream, one item per frame (for a DataLoader with ``batch_size``).
+
+        Items are row views of batches built whole: a plain
+        ``DataLoader(ds, batch_size=ds.batch_size, num_workers=W)`` collates them back into
+        those batches without a copy and, with workers, through reused shared buffers, at about
+        the speed of :meth:`dataloader`. Another ``batch_size`` works too, at the cost of one
+        stack per batch. The first worker logs
+        :data:`~robo_resume.stream.reading.PLAIN_LOADER_NOTE` once at INFO.
+        """
+        if self.reader.on_error == "skip":
+            raise ValueError(
+                describe(
+                    "on_error='skip' needs the batch path",
+                    expected="dataset.dataloader(...) without collate_fn, or iter_batches()",
+                    found="iteration item by item (a DataLoader with batch_size or collate_fn)",
+                    fix="use dataset.dataloader(num_workers=...): skipped frames keep their "
+                    "positions there, which item-by-item batching cannot do",
+                )
             )
+        info = get_worker_info()
+        if info is not None and info.id == 0 and not self.epochs.started:
+            logger.info(PLAIN_LOADER_NOTE)  # once: the first stream of the first epoch
+        return self.reader.items_of(self._start_stream())
+
+    def iter_batches(
+        self, *, image_dtype: str | None = None, ring: torch.Tensor | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """This worker's stream as whole batches, equal to ``default_collate`` of the items.
+
+        What :meth:`dataloader` uses (with ``batch_size=None``): the batches a DataLoader with
+        ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
+        by item and collated, which is several times cheaper per frame.
+
+        ``ring`` (for :class:`BatchLoader`, whose iterator frees the slots): a shared flag
+        table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come from a
+        ring of :data:`RING` shared-memory buffers, and each batch carries :data:`RELEASE_KEY`.
+        """
+        return self.reader.batches(self._start_stream(), image_dtype=image_dtype, ring=ring)
+
+    def _start_stream(self) -> StreamRun:
+        """Where this worker's stream starts now: a StatefulDataLoader state it was given, the
+        resume point (first iteration), or the next epoch's start; marks the epoch table."""
+        bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
+        freeze_inherited()  # and its full collections skip what it inherited
+        info = get_worker_info()
+        num_workers = info.num_workers if info is not None else 0
+        worker = info.id if info is not None else 0
+        if num_workers > MAX_WORKERS:
+            raise ValueError(describe("Too many workers", expected=f"<= {MAX_WORKERS}"))
+        positions = self.positions
+        layout = positions.layout(num_workers)
+        wp = max(num_workers, 1)
+        row = self.epochs.worker(worker)
+        resumed = False
+        if self._loaded is not None:
+            st, self._loaded = self._loaded, None
+            role, epoch, position = st["role"], st["epoch"], st["position"]
+            resumed = True
+        elif not row.started:
+            rotation, starts, _ = positions.start_point(num_workers)
+            role = (worker + rotation) % wp
+            epoch, position = starts[role]
+            resumed = positions.resume_state is not None or self.resume_step > 0
+        else:
+            role, epoch, position = worker, row.next_epoch, 0
+        row.playing(epoch)
+        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
+        if resumed:
+            positions.log_resume(layout.view(epoch, stream), stream, epoch, position)
+        return StreamRun(layout, stream, role, num_workers, epoch, position, row, self._live)
+
+    def stream_batches(
+        self,
+        role: int,
+        num_workers: int,
+        epoch: int,
+        position: int,
+        *,
+        image_dtype: str | None = None,
+        log_resume: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """Batches of stream ``role`` of this rank (``num_workers`` workers) from a position.
+
+        The batches :meth:`iter_batches` yields for that stream after it stood at ``(epoch,
+        position)`` (frames of ``epoch`` already delivered), in any process and without
+        touching the epoch table: the epoch ends the iterator in epoch mode, epochs follow each
+        other in infinite mode; epochs are those of :meth:`layout` (a remainder epoch after an
+        elastic resume). Used by :class:`robo_resume.mix.MixedDataset`, which decides itself
+        where each source's streams stand. ``log_resume`` logs the stream's ``resume:`` line.
+        """
+        bind_to_trainer()
+        freeze_inherited()
+        layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
+        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
+        if log_resume:
+            self.positions.log_resume(layout.view(epoch, stream), stream, epoch, position)
+        row = EpochTable(1, shared=False).worker(0)  # private: the epoch table stays untouched
+        live = dict(self._live)  # the mix keeps its own state
+        return self.reader.batches(
+            StreamRun(layout, stream, role, num_workers, epoch, position, row, live),
+            image_dtype=image_dtype,
+        )
 
     # -- StatefulDataLoader protocol -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -372,7 +529,9 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
         """
         info = get_worker_info()
         if info is None:  # in a worker the main process's plan could not follow
-            self._adopt_even_plan(state.get("fingerprint") if isinstance(state, Mapping) else None)
+            self.positions.adopt_even_plan(
+                state.get("fingerprint") if isinstance(state, Mapping) else None
+            )
         self._loaded = check_stream_state(
             state,
             expected_for(self.fingerprint, state.get("fingerprint"), self.chunks),
@@ -460,7 +619,8 @@ class ChunkedEpisodeDataset(_Positions, _Reading, IterableDataset):
 
     def __repr__(self) -> str:
         return (
-            f"ChunkedEpisodeDataset(root={str(self.meta.root)!r}, episodes={len(self._episodes)}, "
+            f"ChunkedEpisodeDataset(root={str(self.meta.root)!r}, "
+            f"episodes={len(self.positions.episodes)}, "
             f"chunks={len(self.chunks)}, batch_size={self.batch_size}, seed={self.seed}, "
             f"rank={self.rank}/{self.world_size}, mode={'infinite' if self.infinite else 'epoch'})"
         )

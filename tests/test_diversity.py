@@ -211,13 +211,13 @@ def test_rounds_resume_exactly_and_their_state_is_refused_by_random(small, worke
 def test_the_default_interleave_never_reads_ahead(cams):
     for batch_size in (1, 2, 3, 4, 8):
         ds = ChunkedEpisodeDataset(cams, batch_size=batch_size, chunk_frames=16)
-        assert ds._read_ahead(ds.config.interleave) == 1, batch_size
+        assert ds.reader.read_ahead(ds.config.interleave) == 1, batch_size
     ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=16, tuning=WIDE)
-    assert ds._read_ahead(32) > 1
-    assert ds._read_ahead(8) > 1  # as many open chunks as a batch has frames
-    assert ds._read_ahead(7) == 1
+    assert ds.reader.read_ahead(32) > 1
+    assert ds.reader.read_ahead(8) > 1  # as many open chunks as a batch has frames
+    assert ds.reader.read_ahead(7) == 1
     skip = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=16, tuning=WIDE, on_error="skip")
-    assert skip._read_ahead(32) == 1
+    assert skip.reader.read_ahead(32) == 1
 
 
 def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
@@ -225,11 +225,11 @@ def test_large_frames_are_decoded_straight_into_the_batch(cams, monkeypatch):
     many chunks are open: each is decoded into its batch, nothing beyond the batches' frames
     (larger frames were not measured, docs/interleave-order.md)."""
     ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=8, tuning=WIDE, image_dtype="uint8")
-    assert len(ds.chunks) >= 32 and ds._read_ahead(32) > 1  # small frames: read ahead
+    assert len(ds.chunks) >= 32 and ds.reader.read_ahead(32) > 1  # small frames: read ahead
     frame = sum(int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys) // 2
-    assert ds._held_bytes() == frame
+    assert ds.reader.frame_bytes() == frame
     monkeypatch.setattr(read_ahead, "READ_AHEAD_MAX_FRAME", frame - 1)
-    assert ds._read_ahead(32) == 1
+    assert ds.reader.read_ahead(32) == 1
     calls = []
     raw = EpisodeRangeReader.raw
 
@@ -273,13 +273,13 @@ def test_read_ahead_yields_the_same_batches(cams, monkeypatch, workers, batch_si
     ds = dataset()
     assert len(ds.chunks) >= 32
     if ahead == "block":
-        assert ds._read_ahead(32) == ds.tuning.block_frames
+        assert ds.reader.read_ahead(32) == ds.tuning.block_frames
     else:
-        monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", ahead * 32 * ds._held_bytes())
-        assert ds._read_ahead(32) == ahead
+        monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", ahead * 32 * ds.reader.frame_bytes())
+        assert ds.reader.read_ahead(32) == ahead
     got = batches()
     monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 0)  # one frame per read
-    assert ds._read_ahead(32) == 1
+    assert ds.reader.read_ahead(32) == 1
     plain = batches()
     assert len(got) == len(plain) > 10
     for a, p in zip(got, plain, strict=True):

@@ -154,7 +154,7 @@ def test_worker_batches_reuse_the_ring_once_the_main_process_drops_them(two_cams
         seen[got[CAM].untyped_storage().data_ptr()] += 1
         del got  # the training loop drops the batch before asking for the next
         gc.collect()
-    (ring,) = ds._plain_rings.values()
+    (ring,) = ds.reader._plain_rings.values()
     assert len(ring.slots) <= 2  # one being built, one just freed: never fresh memory
     assert sum(seen.values()) == 12
 
@@ -169,7 +169,7 @@ def test_held_batches_keep_their_frames_and_their_buffers(two_cams):
         held.append(got)
         copies.append(_plain(got))
         gc.collect()
-    (ring,) = ds._plain_rings.values()
+    (ring,) = ds.reader._plain_rings.values()
     assert len(ring.slots) == RING  # all in use by held batches: the rest in fresh memory
     for got, want in zip(held, copies, strict=True):
         _same(got, want)

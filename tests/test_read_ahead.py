@@ -101,12 +101,12 @@ def test_held_bytes_count_decoded_frames_at_half_rgb(cams):
     with a window as its RGB window."""
     ds = ChunkedEpisodeDataset(cams, batch_size=8, chunk_frames=8, tuning=WIDE)
     rgb = [int(np.prod(ds.items.camera_shape(c))) for c in ds.meta.camera_keys]
-    assert ds._held_bytes() == sum(rgb) // 2
+    assert ds.reader.frame_bytes() == sum(rgb) // 2
     delta = {"observation.images.cam0": [-0.1, 0.0]}
     ds = ChunkedEpisodeDataset(
         cams, batch_size=8, chunk_frames=8, tuning=WIDE, delta_timestamps=delta
     )
-    assert ds._held_bytes() == 2 * rgb[0] + rgb[1] // 2
+    assert ds.reader.frame_bytes() == 2 * rgb[0] + rgb[1] // 2
 
 
 def test_a_video_cut_short_fails_in_the_same_read(factory, tmp_path, monkeypatch):

@@ -90,7 +90,7 @@ def test_plain_loader_with_workers_logs_the_fast_path_once(two_cams, caplog):
         it = iter(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=0))
         next(it)
     assert PLAIN_LOADER_NOTE not in caplog.text  # 0 workers: as fast as ds.dataloader()
-    ds._slots.zero_()
+    ds.epochs.reset()
     # a worker's log record: call __iter__ as worker 0 of 2 would, before any stream started
     from torch.utils.data._utils import worker
 

@@ -140,7 +140,7 @@ def test_one_copy_per_array_flat_across_epochs(root, share_all):
     ds = ChunkedEpisodeDataset(root, batch_size=4, seed=1, chunk_frames=8)
     held = []
     for epoch in range(3):
-        ds._slots[0, :2] = torch.tensor([epoch, 1])  # the loader's next epoch
+        ds.epochs.worker(0).playing(epoch - 1)  # the loader's next epoch
         ds.share_schedule(2)
         for _ in range(2):  # two workers start: one segment per array for both
             copy, _ = _for_worker(ds)

@@ -91,7 +91,7 @@ from ..index.schedule import Topology
 from ..keys import CURSOR_KEY
 from ..state.fingerprint import value_hash
 from ..state.mix import MixState
-from ..state.resume import MAX_WORKERS
+from ..stream.epochs import EpochTable
 from ..stream.front import batch_loader
 from ..stream.startup import _resolve_rank
 from ..stream.tuning import StreamTuning
@@ -243,8 +243,7 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
             "drop_last": drop_last,
             "keys": value_hash([dict(s.keys) for s in sources]),
         }
-        # Shared table, one row per worker: [next epoch, started]
-        self._slots = torch.zeros((MAX_WORKERS, 2), dtype=torch.int64).share_memory_()
+        self.epochs = EpochTable()  # which mix epoch each worker's next iteration plays
         self._round_cache: dict[tuple[int, int, int], np.ndarray] = {}
         self.on_error = on_error
         self.resume_step = self._check_resume_step(resume_step, resume_state)
@@ -283,14 +282,14 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
         num_workers = info.num_workers if info is not None else 0
         worker = info.id if info is not None else 0
         wp = max(num_workers, 1)
-        slot = self._slots[worker]
+        row = self.epochs.worker(worker)
         resumed = False
         if self._loaded is not None:  # StatefulDataLoader: this worker's saved mix stream
             st, self._loaded = self._loaded, None
             role, epoch, j = st["role"], st["epoch"], st["j"]
             positions = [tuple(p) for p in st["sources"]]
             resumed = True
-        elif int(slot[1]) == 0:
+        elif not row.started:
             rotation, starts, _ = self.start_point(num_workers)
             role = (worker + rotation) % wp
             epoch, j, positions = starts[role]
@@ -306,10 +305,9 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
                 )
             )
         else:
-            role, epoch, j = worker, int(slot[0]), 0
+            role, epoch, j = worker, row.next_epoch, 0
             positions = [(epoch, 0)] * len(self.sources)
-        slot[1] = 1
-        slot[0] = epoch + 1
+        row.playing(epoch)
         # now, not at the first batch: a StatefulDataLoader snapshots a worker before it yields
         self._live.update(
             role=role, num_workers=num_workers, epoch=epoch, j=j, sources=list(positions)

@@ -62,12 +62,12 @@ class _MixOrder:
                 )
             )
         wp = max(num_workers, 1)
-        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+        if not self.epochs.started:  # nothing started yet: from the resume point
             _, starts, _ = self.start_point(num_workers)
             return sum(
                 max(int(self.epoch_batches(epoch, num_workers)) - j, 0) for epoch, j, _ in starts
             )
-        return int(self.epoch_batches(int(self._slots[0, 0]), num_workers)) * wp
+        return int(self.epoch_batches(self.epochs.next_epoch, num_workers)) * wp
 
     def next_epoch(self, num_workers: int) -> int:
         """The mix epoch the next iteration of this rank's loader plays ("stop" only).
@@ -85,10 +85,10 @@ class _MixOrder:
                     fix="count steps (the mix cycles through its sources' epochs)",
                 )
             )
-        if int(self._slots[0, 1]) == 0:
+        if not self.epochs.started:
             _, starts, _ = self.start_point(num_workers)
             return min(e for e, _, _ in starts)
-        return int(self._slots[0, 0])
+        return self.epochs.next_epoch
 
     def share_schedule(self, num_workers: int) -> None:
         """Compute each source's layout of the source epoch the next iteration starts in, here,
@@ -99,11 +99,11 @@ class _MixOrder:
         :class:`~robo_resume.stream.loader.BatchLoader` calls. A source epoch a worker reaches
         on its own (``exhausted="cycle"``) it still computes itself; the frames are the same.
         """
-        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+        if not self.epochs.started:  # nothing started yet: from the resume point
             _, starts, _ = self.start_point(num_workers)
             firsts = [min(role[2][i][0] for role in starts) for i in range(len(self.datasets))]
         else:  # every role starts the next mix epoch, each source at its epoch of that number
-            firsts = [int(self._slots[0, 0])] * len(self.datasets)
+            firsts = [self.epochs.next_epoch] * len(self.datasets)
         for ds, epoch in zip(self.datasets, firsts, strict=True):
             layout = ds.layout(num_workers)
             if epoch != layout.epoch:  # a remainder epoch (elastic resume) has no layout to share

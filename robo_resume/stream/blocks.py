@@ -19,6 +19,7 @@ from torch.utils.data import get_worker_info
 from ..items.buffers import shared_views
 from ..keys import CURSOR_KEY
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+from .epochs import WorkerEpoch
 
 RING = 4
 """Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
@@ -32,8 +33,11 @@ class StreamRun:
 
     ``layout`` (a :class:`~robo_resume.index.elastic.Layout`) gives the stream's groups per
     epoch; ``stream`` is its global id, ``role`` its role on this rank among ``num_workers``;
-    it starts after ``position`` frames of ``epoch``; ``slot`` is the worker's row of the
-    epoch table (``[next epoch, started, ...]``; a private row for a mix's sources).
+    it starts after ``position`` frames of ``epoch``; ``epochs`` is the worker's row of the
+    epoch table (:class:`~robo_resume.stream.epochs.WorkerEpoch`; a private one for a mix's
+    sources), marked as each epoch starts; ``live`` the dataset's record of where the stream
+    stands (``epoch`` and ``position`` are updated as batches are handed out: the
+    StatefulDataLoader state).
     """
 
     layout: Any
@@ -42,7 +46,8 @@ class StreamRun:
     num_workers: int
     epoch: int
     position: int
-    slot: torch.Tensor
+    epochs: WorkerEpoch
+    live: dict[str, Any]
 
 
 @dataclass

@@ -1,14 +1,17 @@
-"""Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points.
+"""Where a ChunkedEpisodeDataset's streams stand: plan, schedule, resume start points.
 
-Slightly over 400 lines: the keyframe cuts and the adoption of an older state's plan belong to
-the plan, which this mixin owns; the dataset class file is over its size already.
+:class:`StreamPositions` is pure arithmetic over the index layer: it turns the dataset's
+settings and resume state into schedules, layouts and start points, and nothing is read. The
+dataset holds one, and so does every view of it (``robo_resume.audit``'s probes).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,29 +20,189 @@ from torch.utils.data import get_worker_info
 from ..errors import (
     ResumeStateError,
     describe,
+    format_ranges,
 )
+from ..format.arrow_columns import release_freed_memory
+from ..format.keyframes import keyframe_cuts
+from ..format.metadata import DatasetMeta
 from ..index.elastic import Layout, Level, build_layout, check_positions, replan
-from ..index.plan import EpisodeSpans, Plan, make_chunks
+from ..index.plan import EpisodeSpans, Plan, make_chunks, plan_digest
 from ..index.schedule import (
     Schedule,
     Segment,
     Topology,
 )
 from ..index.start import StartPoint, resume_point, worker_batches_done
-from ..state.fingerprint import plan_of_state
-from ..state.resume import StreamCursor
-from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+from ..state.fingerprint import expected_for, plan_of_state, value_hash
+from ..state.resume import ResumeState, StreamCursor
+from .epochs import EpochTable
+from .tuning import StreamTuning
+
+__all__ = ["StreamPositions"]
 
 logger = logging.getLogger("robo_resume")
 
 
-class _Positions:
-    """Where a ChunkedEpisodeDataset stands: its plan and schedule, epochs, resume start points.
+class StreamPositions:
+    """The plan, schedules, resume state and start points of a ChunkedEpisodeDataset.
 
-    A mixin of :class:`robo_resume.dataset.ChunkedEpisodeDataset`, kept apart so that the class
-    file stays readable: these methods turn the dataset's settings and resume state into
-    positions (arithmetic over the index layer; no frame is read).
+    Args:
+        meta: the dataset's metadata (features already selected).
+        episodes: the selected episode indices (sorted int64 array).
+        spans: their planning columns (:func:`robo_resume.dataset.episode_spans`).
+        batch_size, seed, drop_last, infinite, rank, world_size, resume_step: the dataset's.
+        tuning: the :class:`StreamTuning`; ``chunk_frames`` resolved from it and the source,
+            ``chunk_frames_given`` whether the source named it.
+        window_lookback: frames the first camera's delta window reaches back (keyframe cuts).
+
+    Every method is arithmetic (no frame is read); the only state is the plan (replaced when
+    an older resume state's plan or order is adopted), the resume state, and caches of
+    schedules and layouts per ``num_workers``.
     """
+
+    def __init__(
+        self,
+        meta: DatasetMeta,
+        episodes: np.ndarray,
+        spans: EpisodeSpans,
+        *,
+        batch_size: int,
+        seed: int,
+        drop_last: bool,
+        infinite: bool,
+        rank: int,
+        world_size: int,
+        resume_step: int,
+        tuning: StreamTuning,
+        chunk_frames: int,
+        chunk_frames_given: bool,
+        window_lookback: int,
+    ) -> None:
+        self.meta, self.episodes, self.spans = meta, episodes, spans
+        self.total_frames = int(spans.length.sum())
+        self.batch_size, self.seed = batch_size, seed
+        self.drop_last, self.infinite = drop_last, infinite
+        self.rank, self.world_size = rank, world_size
+        self.resume_step = resume_step
+        self.chunk_frames_given = chunk_frames_given
+        self.window_lookback = window_lookback
+        self.make_plan(tuning, chunk_frames)
+        self.use_resume_state(None)
+
+    def make_plan(self, tuning: StreamTuning, chunk_frames: int) -> None:
+        """Make the plan and the schedule options of ``tuning`` with ``chunk_frames`` (at
+        construction, and again when an older resume state's order is adopted)."""
+        self.tuning, self.chunk_frames = tuning, chunk_frames
+        cut = tuning.cut_at_keyframes
+        cuts = None
+        if cut is not False:
+            cuts = keyframe_cuts(
+                self.meta, self.episodes, auto=cut is None, lookback=self.window_lookback
+            )
+        # whether the plan's chunks start on keyframes (cut_at_keyframes resolved; False
+        # after adopting a resume state's plan without them, adopt_even_plan)
+        self.keyframe_cuts = cuts is not None
+        self.chunks: Plan = make_chunks(self.spans, chunk_frames, cut_points=cuts)
+        release_freed_memory()  # planning's temporaries: about 2x the plan at 10^6 episodes
+        self.config = tuning.schedule_config(
+            seed=self.seed, batch_size=self.batch_size, drop_last=self.drop_last
+        )
+        self._fingerprint: dict[str, Any] | None = None
+        self._schedules: dict[int, Schedule] = {}
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What a resume state must match: dataset, selection, plan and schedule options.
+
+        Computed on first use (hashing a plan of 10^6 episodes takes a fraction of a second;
+        ``robo-resume plan`` and a run that never saves or loads a state do not need it), then
+        kept.
+        """
+        if self._fingerprint is None:
+            self._fingerprint = self._make_fingerprint()
+        return self._fingerprint
+
+    @fingerprint.setter
+    def fingerprint(self, value: dict[str, Any]) -> None:
+        self._fingerprint = value
+
+    def _make_fingerprint(self) -> dict[str, Any]:
+        tuning = self.tuning
+        return {
+            "dataset": self.meta.fingerprint()["episodes_sha256"],
+            "total_frames": self.total_frames,
+            "episodes": value_hash(self.episodes.tolist()),
+            "plan": plan_digest(self.chunks),
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "tail": tuning.tail,
+            "interleave": tuning.interleave,
+            "shuffle": tuning.shuffle,
+            # only when not the default: states saved before the option keep matching
+            **(
+                {"interleave_order": tuning.interleave_order}
+                if tuning.interleave_order != "random"
+                else {}
+            ),
+            # only for the shuffle order: states saved with the interleave order (robo_resume
+            # 0.1 had no other) keep matching a dataset built with StreamTuning.fast()
+            **(
+                {"order": "shuffle", "shuffle_frames": tuning.shuffle_frames}
+                if tuning.resolved_order == "shuffle"
+                else {}
+            ),
+            "mode": "infinite" if self.infinite else "epoch",
+            "about": {  # readable facts for refusals (robo_resume.state.ABOUT, never compared)
+                "dataset": f"{Path(self.meta.root).name} ({self.meta.num_episodes} episodes, "
+                f"{self.meta.total_frames} frames)",
+                "episodes": format_ranges(self.episodes, limit=120),
+                "plan": f"chunk_frames {self.chunk_frames}"
+                + (", cut at keyframes" if self.keyframe_cuts else ""),
+                "interleave_order": tuning.interleave_order,
+                "order": tuning.resolved_order
+                + (
+                    f" ({tuning.shuffle_frames} frames a window)"
+                    if tuning.resolved_order == "shuffle"
+                    else f" ({tuning.interleave} open chunks)"
+                ),
+            },
+        }
+
+    def use_resume_state(
+        self, state: Mapping[str, Any] | ResumeState | None, *, strict: bool = True
+    ) -> None:
+        """Resume from ``state``: parse, adopt an older state's order or plan, check the
+        fingerprint (the batch size may differ: elastic resume) and forget layouts made
+        without it. ``strict=False`` logs mismatches as warnings instead of raising."""
+        self.resume_state: ResumeState | None = None
+        if state is not None:
+            self.resume_state = ResumeState.from_dict(state)
+            self.adopt_interleave_order(self.resume_state.fingerprint)
+            self.adopt_even_plan(self.resume_state.fingerprint)
+            expected = expected_for(self.fingerprint, self.resume_state.fingerprint, self.chunks)
+            if self.resume_state.batch_size is not None:  # elastic: the batch size may change
+                expected["batch_size"] = self.resume_state.batch_size
+            self.resume_state.check_fingerprint(expected, strict=strict)
+        self._forget_layouts()
+        # (epoch, chunk) -> [(segment start, stop, first skipped frame)] of the state's skips
+        self._skip_from: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for r in getattr(self.resume_state, "skipped", ()):
+            self._skip_from.setdefault((r["epoch"], r["chunk"]), []).append(
+                (r["start"], r["stop"], r["frame"])
+            )
+
+    def _forget_layouts(self) -> None:
+        self._plans: dict[int, tuple[Layout, int | None, tuple[Level, ...]]] = {}
+        self._elastic_starts: dict[int, int] = {}  # num_workers -> epoch all streams start in
+
+    def resuming(self, state: Mapping[str, Any] | ResumeState) -> StreamPositions:
+        """A copy of these positions resuming from ``state`` as it is (no adoption, no
+        fingerprint check): where a run resumed from ``state`` would start."""
+        view = copy.copy(self)
+        view.resume_state = ResumeState.from_dict(state)
+        view._forget_layouts()
+        return view
 
     # -- pure parts ----------------------------------------------------------------------------
     def schedule(self, num_workers: int) -> Schedule:
@@ -50,7 +213,7 @@ class _Positions:
             self._schedules[num_workers] = s
         return s
 
-    def share_schedule(self, num_workers: int) -> None:
+    def share_schedule(self, num_workers: int, table: EpochTable) -> None:
         """Compute the layout of the epoch the next iteration starts in, here, before the
         DataLoader's workers start: they inherit it (fork) or map it from shared memory with
         the dataset's other large arrays (spawn, forkserver:
@@ -61,11 +224,11 @@ class _Positions:
         (elastic resume) has no layout to share. The frames are the same either way.
         """
         layout = self.layout(num_workers)
-        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+        if not table.started:  # nothing started yet: from the resume point
             _, starts, _ = self.start_point(num_workers)
             epoch = min(e for e, _ in starts)
         else:
-            epoch = int(self._slots[0, 0])
+            epoch = table.next_epoch
         if epoch != layout.epoch:
             layout.schedule.share_epoch(epoch)
 
@@ -74,7 +237,7 @@ class _Positions:
         ``StreamTuning(tail="keep")`` when the frames cannot be split so)."""
         return self.schedule(num_workers).rank_batches(self.rank)
 
-    def batches_next_iteration(self, num_workers: int) -> int:
+    def batches_next_iteration(self, num_workers: int, table: EpochTable) -> int:
         """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
 
         The first iteration runs from :meth:`start_point` to the end of its epoch (a partial
@@ -93,13 +256,12 @@ class _Positions:
                 )
             )
         wp = max(num_workers, 1)
-        slots = self._slots[:wp]
         layout = self.layout(num_workers)
         topo = Topology(self.world_size, num_workers)
-        if int(slots[0, 1]) == 0:  # nothing started yet: from the resume point
+        if not table.started:  # nothing started yet: from the resume point
             _, starts, _ = self.start_point(num_workers)
         else:  # every worker starts its next epoch at position 0
-            starts = [(int(slots[0, 0]), 0)] * wp
+            starts = [(table.next_epoch, 0)] * wp
         b = self.batch_size
         total = 0
         for role, (epoch, position) in enumerate(starts):
@@ -107,7 +269,7 @@ class _Positions:
             total += -(-max(left, 0) // b)
         return total
 
-    def next_epoch(self, num_workers: int) -> int:
+    def next_epoch(self, num_workers: int, table: EpochTable) -> int:
         """The epoch the next iteration of this rank's loader (``num_workers``) plays.
 
         Before the first iteration: the epoch the resume point stands in (0 without a resume;
@@ -126,10 +288,10 @@ class _Positions:
                     fix="count steps, or use epoch mode and loader.epochs(n)",
                 )
             )
-        if int(self._slots[0, 1]) == 0:  # nothing started yet: from the resume point
+        if not table.started:  # nothing started yet: from the resume point
             _, starts, _ = self.start_point(num_workers)
             return min(e for e, _ in starts)  # epoch mode: every role starts in one epoch
-        return int(self._slots[0, 0])
+        return table.next_epoch
 
     def start_point(self, num_workers: int) -> StartPoint:
         """Where this rank's streams start: a :class:`~robo_resume.index.start.StartPoint`
@@ -281,15 +443,7 @@ class _Positions:
             )
         return total % wp, starts, st.batches
 
-    def _window_lookback(self) -> int:
-        """Frames the first camera's delta window reaches back (0 without a window)."""
-        cams = self.meta.camera_keys
-        window = (self.items.options.delta_timestamps or {}).get(cams[0]) if cams else None
-        if not window:
-            return 0
-        return max(0, int(np.ceil(-min(window) * self.meta.fps - 1e-6)))
-
-    def _adopt_interleave_order(self, theirs: Any) -> None:
+    def adopt_interleave_order(self, theirs: Any) -> None:
         """A state saved with the interleave order (robo_resume 0.1's only order, and
         :meth:`StreamTuning.fast`) resumes in that order when this dataset was built with the
         default order (``order`` None, no interleave setting): the state's interleave settings,
@@ -305,8 +459,8 @@ class _Positions:
         if "interleave_order" in theirs:
             order["interleave_order"] = str(theirs["interleave_order"])
         tuning = dataclasses.replace(self.tuning, order="interleave", **order)
-        chunk_frames = self.chunk_frames if self._chunk_frames_given else None
-        self._make_plan(tuning, tuning.chunk_frames(chunk_frames))
+        chunk_frames = self.chunk_frames if self.chunk_frames_given else None
+        self.make_plan(tuning, tuning.chunk_frames(chunk_frames))
         logger.info(
             "resume: the state was saved with the interleave order (%d open chunks of %d frames, "
             "robo_resume's default before the shuffle order): resuming in that order; pass "
@@ -315,7 +469,7 @@ class _Positions:
             self.chunk_frames,
         )
 
-    def _adopt_even_plan(self, theirs: Any) -> None:
+    def adopt_even_plan(self, theirs: Any) -> None:
         """A state saved before chunks started on keyframes (``cut_at_keyframes=None`` became
         the default) carries the digest of the even plan: when this plan has keyframe cuts and
         the state's plan is not it but the even one, use the even plan, so the state resumes
@@ -330,7 +484,7 @@ class _Positions:
 
         def even() -> Plan:
             made.append(
-                make_chunks(EpisodeSpans(*self.meta.spans(self._episodes)), self.chunk_frames)
+                make_chunks(EpisodeSpans(*self.meta.spans(self.episodes)), self.chunk_frames)
             )
             return made[-1]
 
@@ -340,7 +494,7 @@ class _Positions:
         self.keyframe_cuts = False
         self._fingerprint = None
         self._schedules = {}
-        self._plans = {}
+        self._forget_layouts()
         logger.info(
             "resume: the state was saved with chunks of %d frames not cut at keyframes (%d "
             "chunks, robo_resume before keyframe chunks became the default): resuming that plan; "
@@ -349,7 +503,7 @@ class _Positions:
             len(even_plan),
         )
 
-    def _skipped_from(self, epoch: int, seg: Segment) -> int:
+    def skipped_from(self, epoch: int, seg: Segment) -> int:
         """First frame of ``seg`` (of ``epoch``) the resume state recorded as skipped, else stop.
 
         A record covers frames ``frame .. stop - 1`` of a segment that began at ``start``; a
@@ -362,7 +516,7 @@ class _Positions:
                 return max(frame, seg.start)
         return seg.stop
 
-    def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
+    def log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
         """Log the stream's one `resume:` line: where it continues (chunk, frame, episode)."""
         if position >= sched.frames_per_stream:
             logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)

@@ -1,4 +1,10 @@
-"""How a ChunkedEpisodeDataset reads: one stream's chunks, block by block, into batches."""
+"""How a ChunkedEpisodeDataset reads: one stream's chunks, block by block, into batches.
+
+:class:`StreamReader` plays a :class:`~robo_resume.stream.blocks.StreamRun` (a stream from a
+position, decided by the dataset from its :class:`~robo_resume.stream.positions.StreamPositions`
+and epoch table): it reads the stream's groups of chunks into blocks with the skip policy, and
+assembles batches (or the items of a plain DataLoader) from them.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +12,21 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..errors import (
-    describe,
-)
 from ..index.elastic import Layout
-from ..index.schedule import (
-    Group,
-    Topology,
-)
+from ..index.schedule import Group
+from ..items import ItemBuilder
 from ..items.names import rename, renamed
 from ..items.options import IDLE_DECODERS
 from ..items.rows import block_items
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
-from ..state.resume import MAX_WORKERS
-from ..stream.blocks import (
+from .blocks import (
     StreamRun,
     _assemble,
     _BatchTarget,
@@ -35,12 +35,11 @@ from ..stream.blocks import (
     _plain_ring,
     _torch_threads,
 )
-from ..stream.group_read import GroupRead, _Overlap
-from ..stream.lifetime import bind_to_trainer, freeze_inherited
-from ..stream.read_ahead import frames_ahead, held_bytes
-from ..stream.tuning import SKIP_ERRORS
-from ..stream.window_read import WindowRead
-from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
+from .group_read import GroupRead, _Overlap
+from .positions import StreamPositions
+from .read_ahead import frames_ahead, held_bytes
+from .tuning import SKIP_ERRORS, StreamTuning
+from .window_read import WindowRead
 
 logger = logging.getLogger("robo_resume")
 
@@ -76,85 +75,69 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-class _Reading:
-    """How a ChunkedEpisodeDataset reads: one stream's chunks, block by block, into batches.
+class StreamReader:
+    """Reads streams of a ChunkedEpisodeDataset into batches.
 
-    A mixin of :class:`robo_resume.dataset.ChunkedEpisodeDataset`: iteration in a worker (or
-    the main process), the worker's epoch table, reading groups of chunks into blocks and
-    batches with the skip policy, and the batches of one stream for a mix.
+    Args:
+        items: the dataset's :class:`~robo_resume.items.ItemBuilder` (decoding, columns).
+        positions: the dataset's :class:`~robo_resume.stream.positions.StreamPositions`:
+            the tuning, the episodes and the resume state's skip records are read from it.
+        renames: the dataset's feature renames, applied to every batch.
+        batch_size, drop_last, infinite, on_error, rank: the dataset's.
+
+    Holds a worker's reusable buffers (shared-memory rings); nothing about where a stream
+    stands, which :class:`~robo_resume.stream.blocks.StreamRun` brings.
     """
 
-    # -- torch protocol ------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        """This worker's stream, one item per frame (for a DataLoader with ``batch_size``).
+    def __init__(
+        self,
+        items: ItemBuilder,
+        positions: StreamPositions,
+        renames: Mapping[str, str],
+        *,
+        batch_size: int,
+        drop_last: bool,
+        infinite: bool,
+        on_error: str,
+        rank: int,
+    ) -> None:
+        self.items, self.positions, self.renames = items, positions, renames
+        self.batch_size, self.drop_last, self.infinite = batch_size, drop_last, infinite
+        self.on_error, self.rank = on_error, rank
+        # this worker's ring buffers: id of the loader's flag table -> slot -> camera tensors
+        self._ring: dict[int, dict[int, dict[str, torch.Tensor]]] = {}
+        self._plain_rings: dict[tuple[str, int], Any] = {}  # a plain loader worker's
 
-        Items are row views of batches built whole (see :meth:`_generate`): a plain
-        ``DataLoader(ds, batch_size=ds.batch_size, num_workers=W)`` collates them back into
-        those batches without a copy and, with workers, through reused shared buffers, at about
-        the speed of :meth:`dataloader` (README, "A plain DataLoader"). Another ``batch_size``
-        works too, at the cost of one stack per batch. The first worker logs
-        :data:`PLAIN_LOADER_NOTE` once at INFO.
-        """
-        if self.on_error == "skip":
-            raise ValueError(
-                describe(
-                    "on_error='skip' needs the batch path",
-                    expected="dataset.dataloader(...) without collate_fn, or iter_batches()",
-                    found="iteration item by item (a DataLoader with batch_size or collate_fn)",
-                    fix="use dataset.dataloader(num_workers=...): skipped frames keep their "
-                    "positions there, which item-by-item batching cannot do",
-                )
-            )
-        info = get_worker_info()
-        if info is not None and info.id == 0 and int(self._slots[0, 1]) == 0:
-            logger.info(PLAIN_LOADER_NOTE)  # once: the first stream of the first epoch
-        return self._generate(self._start_stream())
+    @property
+    def meta(self):
+        """The dataset's metadata."""
+        return self.items.meta
 
-    def iter_batches(
-        self, *, image_dtype: str | None = None, ring: torch.Tensor | None = None
+    @property
+    def tuning(self) -> StreamTuning:
+        """The stream tuning in force (an adopted resume state's order included)."""
+        return self.positions.tuning
+
+    def batches(
+        self,
+        run: StreamRun,
+        *,
+        image_dtype: str | None = None,
+        ring: torch.Tensor | None = None,
+        plain: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """This worker's stream as whole batches, equal to ``default_collate`` of the items.
+        """The stream's batches from ``run``'s position, equal to ``default_collate`` of its
+        items (see :meth:`_generate_batches`). ``ring``: the loader's shared flag table (see
+        :meth:`ChunkedEpisodeDataset.iter_batches`); ``plain``: the batches of a plain
+        DataLoader's items (the short last batch always kept, cameras in a plain ring)."""
+        return self._generate_batches(
+            run, image_dtype=image_dtype, ring=ring, whole_tail=plain, plain=plain
+        )
 
-        What :meth:`dataloader` uses (with ``batch_size=None``): the batches a DataLoader with
-        ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
-        by item and collated, which is several times cheaper per frame.
-
-        ``ring`` (for :class:`BatchLoader`, whose iterator frees the slots): a shared flag
-        table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come from a
-        ring of :data:`RING` shared-memory buffers, and each batch carries :data:`RELEASE_KEY`.
-        """
-        return self._generate_batches(self._start_stream(), image_dtype=image_dtype, ring=ring)
-
-    def _start_stream(self) -> StreamRun:
-        bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
-        freeze_inherited()  # and its full collections skip what it inherited
-        info = get_worker_info()
-        num_workers = info.num_workers if info is not None else 0
-        worker = info.id if info is not None else 0
-        if num_workers > MAX_WORKERS:
-            raise ValueError(describe("Too many workers", expected=f"<= {MAX_WORKERS}"))
-        layout = self.layout(num_workers)
-        wp = max(num_workers, 1)
-        slot = self._slots[worker]
-        resumed = False
-        if self._loaded is not None:
-            st, self._loaded = self._loaded, None
-            role, epoch, position = st["role"], st["epoch"], st["position"]
-            resumed = True
-        elif int(slot[1]) == 0:
-            rotation, starts, _ = self.start_point(num_workers)
-            role = (worker + rotation) % wp
-            epoch, position = starts[role]
-            resumed = self.resume_state is not None or self.resume_step > 0
-        else:
-            role, epoch, position = worker, int(slot[0]), 0
-        slot[1] = 1
-        slot[0] = epoch + 1
-        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
-        self._live.update(role=role, num_workers=num_workers, epoch=epoch, position=position)
-        if resumed:
-            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
-        return StreamRun(layout, stream, role, num_workers, epoch, position, slot)
+    def items_of(self, run: StreamRun) -> Iterator[dict[str, Any]]:
+        """The stream's items from ``run``'s position, one dict per frame (see
+        :meth:`_generate`)."""
+        return self._generate(run)
 
     def _configure_decoding(self) -> None:
         """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
@@ -190,7 +173,7 @@ class _Reading:
         whose ``batch_size`` is the dataset's gives back these batches without a copy (in a
         worker, with the cameras in its :class:`~robo_resume.stream.blocks._PlainRing`).
         """
-        live = self._live
+        live = run.live
         batches = self._generate_batches(run, whole_tail=True, plain=True)
         for batch in batches:
             where = batch[CURSOR_KEY][:, 3:].tolist()
@@ -246,7 +229,7 @@ class _Reading:
             have = target.have
             if have == b or (have and not block.size and (whole_tail or not self.drop_last)):
                 last = pending[-1].cursor[-1].tolist()
-                self._live["epoch"], self._live["position"] = last[3], last[4]
+                run.live["epoch"], run.live["position"] = last[3], last[4]
                 skipped = [r for blk in pending for r in blk.skipped]
                 cols = _assemble(pending, self._empty_columns)
                 direct = target.take(pending)
@@ -279,7 +262,7 @@ class _Reading:
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         """Zero-row numpy columns (a batch whose frames were all skipped), from a good frame."""
-        for e in self.episodes:
+        for e in self.positions.episodes.tolist():
             with contextlib.suppress(*SKIP_ERRORS):
                 with self.items.episode_reader(e, 0, 1) as r:
                     return {k: v[:0] for k, v in r.raw(range(1)).items()}
@@ -295,10 +278,10 @@ class _Reading:
         """
         sched = run.layout
         layout = sched if isinstance(sched, Layout) else Layout(sched)
-        stream, role, num_workers, slot = run.stream, run.role, run.num_workers, run.slot
+        stream, role, num_workers, row = run.stream, run.role, run.num_workers, run.epochs
         epoch, position = run.epoch, run.position
         while True:
-            slot[0] = epoch + 1
+            row.playing(epoch)
             if position < layout.length(epoch, stream):
                 for group, offset in layout.iter_groups(epoch, stream, position):
                     yield from self._read_group(group, offset, role, num_workers, epoch, target)
@@ -321,7 +304,7 @@ class _Reading:
                     head=(self.rank, role, num_workers, epoch),
                     target=target,
                     skip=self.on_error == "skip",
-                    bad=[self._skipped_from(epoch, s) for s in group.segments],
+                    bad=[self.positions.skipped_from(epoch, s) for s in group.segments],
                 )
             )
         return iter(
@@ -332,56 +315,23 @@ class _Reading:
                 head=(self.rank, role, num_workers, epoch),
                 target=target,
                 skip=self.on_error == "skip",
-                bad=[self._skipped_from(epoch, s) for s in group.segments],
-                ahead=self._read_ahead(len(group.segments)),
+                bad=[self.positions.skipped_from(epoch, s) for s in group.segments],
+                ahead=self.read_ahead(len(group.segments)),
                 block_frames=self.tuning.block_frames,
             )
         )
 
-    def _read_ahead(self, open_segments: int) -> int:
+    def read_ahead(self, open_segments: int) -> int:
         """Frames decoded per read of a segment when a block wants fewer (1: no read-ahead);
         see :func:`~robo_resume.stream.read_ahead.frames_ahead`."""
         return frames_ahead(
             open_segments,
             batch_size=self.batch_size,
             skip=self.on_error == "skip",
-            frame_bytes=self._held_bytes(),
+            frame_bytes=self.frame_bytes(),
             block_frames=self.tuning.block_frames,
         )
 
-    def _held_bytes(self) -> int:
+    def frame_bytes(self) -> int:
         """Bytes one frame (all cameras) takes while read ahead (:func:`held_bytes`)."""
         return held_bytes(self.items.camera_shape(c) for c in self.meta.camera_keys)
-
-    # -- hooks for robo_resume.mix (appended; keep at the end of the class) ---------------------
-    def stream_batches(
-        self,
-        role: int,
-        num_workers: int,
-        epoch: int,
-        position: int,
-        *,
-        image_dtype: str | None = None,
-        log_resume: bool = False,
-    ) -> Iterator[dict[str, Any]]:
-        """Batches of stream ``role`` of this rank (``num_workers`` workers) from a position.
-
-        The batches :meth:`iter_batches` yields for that stream after it stood at ``(epoch,
-        position)`` (frames of ``epoch`` already delivered), in any process and without
-        touching the shared epoch table: the epoch ends the iterator in epoch mode, epochs
-        follow each other in infinite mode; epochs are those of :meth:`layout` (a remainder
-        epoch after an elastic resume). Used by :class:`robo_resume.mix.MixedDataset`,
-        which decides itself where each source's streams stand. ``log_resume`` logs the
-        stream's ``resume:`` line.
-        """
-        bind_to_trainer()
-        freeze_inherited()
-        layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
-        stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
-        if log_resume:
-            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
-        slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
-        return self._generate_batches(
-            StreamRun(layout, stream, role, num_workers, epoch, position, slot),
-            image_dtype=image_dtype,
-        )
