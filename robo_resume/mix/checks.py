@@ -7,33 +7,52 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetFormatError, describe
-from .source import _VISUAL
+from .source import _VISUAL, MixSource
 
 
-class _SourceChecks:
+def source_delta(
+    source: MixSource, delta: Mapping[str, Sequence[float]] | None
+) -> dict[str, Sequence[float]] | None:
+    """``delta_timestamps`` (in the mix's names) in ``source``'s own feature names."""
+    if not delta:
+        return None
+    back = {v: k for k, v in source.keys.items() if v is not None}
+    return {back.get(k, k): v for k, v in delta.items()}
+
+
+class SourceChecks:
     """That the sources of a mix fit together: key mappings, features, shapes, dtypes, fps.
 
-    A mixin of :class:`robo_resume.mix.MixedDataset`; every mismatch is told with its fix.
+    Built from the mix's sources and their datasets: ``renames[i]`` maps source ``i``'s
+    features to the mix's names (None: dropped), ``features`` is the mix's feature layout
+    (source 0's, renamed). Raises :class:`~robo_resume.errors.DatasetFormatError` for a key
+    mapping that names unknown features or gives two features one name, and :meth:`problems`
+    lists every way the other sources differ from source 0, each told with its fix.
     """
 
-    def _name(self, i: int) -> str:
+    def __init__(self, sources: Sequence[MixSource], datasets: Sequence[Any]) -> None:
+        self.sources, self.datasets = sources, datasets
+        self.renames = [self.check_source(i) for i in range(len(sources))]
+        self.features = self.features_of(0)
+
+    def name(self, i: int) -> str:
+        """How messages name source ``i``: its index and repo id or folder."""
         s = self.sources[i]
         return f"source {i} ({s.repo_id or s.root})"
 
-    def _source_delta(self, i: int, delta: Mapping[str, Sequence[float]] | None):
-        if not delta:
-            return None
-        back = {v: k for k, v in self.sources[i].keys.items() if v is not None}
-        return {back.get(k, k): v for k, v in delta.items()}
+    def problems(self) -> list[str]:
+        """Every way sources 1.. differ from source 0 (see :meth:`check_fits`)."""
+        return [p for i in range(1, len(self.sources)) for p in self.check_fits(i)]
 
-    def _check_source(self, i: int) -> dict[str, str | None]:
+    def check_source(self, i: int) -> dict[str, str | None]:
+        """Source ``i``'s renames to the mix's names, checked."""
         feats = self.datasets[i].meta.features  # without the features mapped to None
         keys = dict(self.sources[i].keys)
         unknown = [k for k in keys if k not in feats and k not in self.datasets[i].meta.dropped]
         if unknown:
             raise DatasetFormatError(
                 describe(
-                    f"The key mapping of {self._name(i)} names features it does not have",
+                    f"The key mapping of {self.name(i)} names features it does not have",
                     expected=f"names among {list(feats)}",
                     found=unknown,
                     file=Path(self.datasets[i].meta.root) / "meta" / "info.json",
@@ -46,7 +65,7 @@ class _SourceChecks:
         if dup:
             raise DatasetFormatError(
                 describe(
-                    f"The key mapping of {self._name(i)} gives two features one name",
+                    f"The key mapping of {self.name(i)} gives two features one name",
                     expected="distinct mix names",
                     found=dup,
                     fix="map or drop (None) the feature that already has that name",
@@ -54,7 +73,8 @@ class _SourceChecks:
             )
         return {k: keys.get(k, k) for k in feats}
 
-    def _layout(self, i: int) -> dict[str, dict[str, Any]]:
+    def features_of(self, i: int) -> dict[str, dict[str, Any]]:
+        """Source ``i``'s features in the mix's names: ``{name: {dtype, shape}}``."""
         out = {}
         for k, ft in self.datasets[i].meta.features.items():
             name = self.renames[i][k]
@@ -62,16 +82,16 @@ class _SourceChecks:
                 out[name] = {"dtype": ft.get("dtype"), "shape": list(ft.get("shape") or [])}
         return out
 
-    def _check_fits(self, i: int) -> list[str]:
+    def check_fits(self, i: int) -> list[str]:
         """Every way source ``i`` differs from source 0 (fps, features, shapes, dtypes)."""
         problems: list[str] = []
-        ref, mine = self.features, self._layout(i)
+        ref, mine = self.features, self.features_of(i)
         meta0, meta = self.datasets[0].meta, self.datasets[i].meta
         info = Path(meta.root) / "meta" / "info.json"
         if meta.fps != meta0.fps:
             problems.append(
                 describe(
-                    f"{self._name(i)} has another fps than source 0",
+                    f"{self.name(i)} has another fps than source 0",
                     expected=f"fps={meta0.fps} (source 0)",
                     found=f"fps={meta.fps}",
                     file=info,
@@ -84,7 +104,7 @@ class _SourceChecks:
         if missing or extra:
             problems.append(
                 describe(
-                    f"{self._name(i)} does not have the mix's features",
+                    f"{self.name(i)} does not have the mix's features",
                     expected=f"features {list(ref)} (source 0, after its key mapping)",
                     found=(f"missing {missing}" if missing else "")
                     + ("; " if missing and extra else "")
@@ -101,7 +121,7 @@ class _SourceChecks:
             if got["shape"] != want["shape"]:
                 problems.append(
                     describe(
-                        f"Feature '{k}' of {self._name(i)} has another shape than in source 0",
+                        f"Feature '{k}' of {self.name(i)} has another shape than in source 0",
                         expected=f"shape {want['shape']} (source 0)",
                         found=f"shape {got['shape']}",
                         file=info,
@@ -113,7 +133,7 @@ class _SourceChecks:
             if len(kinds) > 1 or (not kinds.pop() and got["dtype"] != want["dtype"]):
                 problems.append(
                     describe(
-                        f"Feature '{k}' of {self._name(i)} has another dtype than in source 0",
+                        f"Feature '{k}' of {self.name(i)} has another dtype than in source 0",
                         expected=f"dtype {want['dtype']} (source 0)",
                         found=f"dtype {got['dtype']}",
                         file=info,

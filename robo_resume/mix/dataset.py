@@ -86,19 +86,21 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..dataset import ChunkedEpisodeDataset
-from ..errors import DatasetFormatError, describe
+from ..errors import DatasetFormatError, ResumeStateError, describe
 from ..index.schedule import Topology
+from ..index.start import StartPoint
 from ..keys import CURSOR_KEY
 from ..state.fingerprint import value_hash
 from ..state.mix import MixState
+from ..state.resume import StreamCursor
 from ..stream.epochs import EpochTable
 from ..stream.front import batch_loader
 from ..stream.startup import _resolve_rank
 from ..stream.tuning import StreamTuning
-from .checks import _SourceChecks
-from .levels import _Level
-from .order import _MixOrder
-from .resume import _MixResume
+from .checks import SourceChecks, source_delta
+from .levels import MixLevel
+from .order import MixOrder
+from .resume import MixPositions
 from .source import (
     _SOURCE,
     _VISUAL,
@@ -112,7 +114,7 @@ from .source import (
 from .tracker import MixTracker
 
 
-class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
+class MixedDataset(IterableDataset):
     """Several LeRobot datasets (v3.0 and v2.1 may be mixed) interleaved by weight.
 
     Args:
@@ -196,6 +198,7 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
         self.period = period
         self.weights = weights
         self.counts = np.asarray(round_counts(weights, period), dtype=np.int64)
+        self.order = MixOrder(seed, self.counts, period, infinite=self.infinite)
         self.rank, self.world_size = _resolve_rank(rank, world_size)
         self.datasets: list[ChunkedEpisodeDataset] = []
         for i, src in enumerate(sources):
@@ -208,7 +211,7 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
                     ),
                     batch_size=batch_size,
                     seed=self.source_seed(i),
-                    delta_timestamps=self._source_delta(i, delta_timestamps),
+                    delta_timestamps=source_delta(src, delta_timestamps),
                     image_transforms=image_transforms,
                     image_dtype=image_dtype,
                     drop_last=drop_last,
@@ -219,9 +222,9 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
                     on_error=on_error,
                 )
             )
-        self.renames = [self._check_source(i) for i in range(len(sources))]
-        self.features = self._layout(0)
-        problems = [p for i in range(1, len(sources)) for p in self._check_fits(i)]
+        self.checks = SourceChecks(sources, self.datasets)
+        self.renames, self.features = self.checks.renames, self.checks.features
+        problems = self.checks.problems()
         if len(problems) == 1:
             raise DatasetFormatError(problems[0])
         if problems:  # every mismatch in one error, not one per run
@@ -244,17 +247,20 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
             "keys": value_hash([dict(s.keys) for s in sources]),
         }
         self.epochs = EpochTable()  # which mix epoch each worker's next iteration plays
-        self._round_cache: dict[tuple[int, int, int], np.ndarray] = {}
         self.on_error = on_error
-        self.resume_step = self._check_resume_step(resume_step, resume_state)
-        self._levels: dict[int, _Level] = {}
-        self._starts: dict[int, tuple[int, list[tuple[int, int, list]], int]] = {}
-        self.resume_state: MixState | None = None
+        self.positions = MixPositions(
+            self.order,
+            self.datasets,
+            batch_size=batch_size,
+            rank=self.rank,
+            world_size=self.world_size,
+            on_error=on_error,
+        )
+        self.resume_step = self.positions.check_resume_step(resume_step, resume_state)
         if resume_state is not None:
             state = MixState.from_dict(resume_state)
             state.check(self)
-            self._install(state, resume_strict)
-            self.resume_state = state
+            self.positions.install(state, resume_strict)
         # this stream's position, for the StatefulDataLoader protocol (state_dict)
         self._live: dict[str, Any] = {
             "rank": self.rank,
@@ -271,6 +277,143 @@ class MixedDataset(_SourceChecks, _MixOrder, _MixResume, IterableDataset):
         """The seed of source ``i``'s dataset, derived from the mix seed (SeedSequence)."""
         ss = np.random.SeedSequence(entropy=self.seed, spawn_key=(_SOURCE, i))
         return int(ss.generate_state(1, dtype=np.uint32)[0])
+
+    # -- the mix order and positions (robo_resume.mix.order, robo_resume.mix.resume) ----------
+    @property
+    def resume_state(self) -> MixState | None:
+        """The mix state this mix resumes from (None: ``resume_step`` or none)."""
+        return self.positions.resume_state
+
+    def round_sources(self, epoch: int, stream: int, round_index: int) -> np.ndarray:
+        """Sources of the ``period`` batches of a round of a mix stream (a pure function)."""
+        return self.order.round_sources(epoch, stream, round_index)
+
+    def source_at(self, epoch: int, stream: int, j: int) -> int:
+        """Source of batch ``j`` of mix stream ``stream`` in ``epoch`` (epoch 0 with "cycle")."""
+        return self.order.source_at(epoch, stream, j)
+
+    def counts_before(self, epoch: int, stream: int, j: int) -> np.ndarray:
+        """Batches each source gave mix stream ``stream`` before its batch ``j`` (prefix sums)."""
+        return self.order.counts_before(epoch, stream, j)
+
+    def level(self, num_workers: int) -> MixLevel:
+        """This run's mix arithmetic with ``num_workers`` workers (see :class:`MixLevel`)."""
+        return self.positions.level(num_workers)
+
+    def start_point(self, num_workers: int) -> StartPoint:
+        """A :class:`~robo_resume.index.start.StartPoint` ``(rotation, [(epoch, j, [(epoch,
+        position)] per source)] per role, batches)``.
+
+        New worker ``w`` plays role ``(w + rotation) % W`` in the first iteration. From the
+        resume state (same topology: each role goes on where it stood; another topology or
+        batch size: every role starts the *remainder mix epoch* at ``j = 0``, see the module
+        docstring), from ``resume_step`` (arithmetic), or from the start.
+        """
+        return self.positions.start_point(num_workers)
+
+    def epoch_batches(self, epoch: int, num_workers: int) -> int | None:
+        """``J``: batches every mix stream yields in ``epoch`` ("stop"); None with "cycle"."""
+        return self.positions.epoch_batches(epoch, num_workers)
+
+    def batches_per_epoch(self, num_workers: int) -> int | None:
+        """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
+        return self.positions.batches_per_epoch(num_workers)
+
+    def batches_next_iteration(self, num_workers: int) -> int:
+        """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
+
+        ``exhausted="stop"``: the first iteration runs from :meth:`start_point` (after a
+        resume, what is left of the interrupted mix epoch) to the epoch's end ``J`` of every
+        role; later ones are whole mix epochs. ``"cycle"`` has no end: TypeError.
+        """
+        return self.positions.batches_next_iteration(num_workers, self.epochs)
+
+    def next_epoch(self, num_workers: int) -> int:
+        """The mix epoch the next iteration of this rank's loader plays ("stop" only).
+
+        As :meth:`ChunkedEpisodeDataset.next_epoch`: the resume point's epoch (the next one
+        when the checkpoint was taken at an epoch's end), then one more per iteration; what
+        :meth:`~robo_resume.stream.loader.BatchLoader.epochs` counts with. TypeError with "cycle".
+        """
+        return self.positions.next_epoch(num_workers, self.epochs)
+
+    def share_schedule(self, num_workers: int) -> None:
+        """Compute each source's layout of the source epoch the next iteration starts in, here,
+        before the DataLoader's workers start (as
+        :meth:`~robo_resume.dataset.ChunkedEpisodeDataset.share_schedule` does for one
+        dataset). What :class:`~robo_resume.stream.loader.BatchLoader` calls."""
+        self.positions.share_schedule(num_workers, self.epochs)
+
+    def epochs_started(self, state: Mapping[str, Any] | MixState, num_workers: int) -> int:
+        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle").
+
+        Prefer ``for epoch in loader.epochs(n)`` (:meth:`next_epoch` counts for you)."""
+        return self.positions.epochs_started(state, num_workers)
+
+    def source_name(self, i: int) -> str:
+        """How messages name source ``i``: its index and repo id or folder."""
+        return self.checks.name(i)
+
+    # -- StatefulDataLoader protocol -------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This worker's mix stream (what it has yielded), for torchdata's StatefulDataLoader:
+        ``rank, role, num_workers, epoch, j`` and each source stream's ``(epoch, position)``."""
+        live = dict(self._live)
+        live["sources"] = [list(p) for p in live["sources"]]
+        return live
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` in the next ``iter()`` (StatefulDataLoader hook).
+
+        The position is checked against the mix arithmetic (each source stream's position must
+        be what ``j`` batches of the mix order leave it at), so a state of another mix,
+        topology or batch size is refused instead of replaying or losing frames; an elastic
+        resume needs :class:`MixTracker`'s state.
+        """
+        need = ("rank", "role", "num_workers", "epoch", "j", "sources")
+        if not isinstance(state, Mapping) or any(k not in state for k in need):
+            raise ResumeStateError(
+                describe(
+                    "Invalid mix dataset state",
+                    expected=f"keys {need} (MixedDataset.state_dict())",
+                    found=sorted(state) if isinstance(state, Mapping) else type(state).__name__,
+                    fix="pass the unmodified StatefulDataLoader state_dict()",
+                )
+            )
+        if int(state["rank"]) != self.rank:
+            raise ResumeStateError(
+                describe(
+                    "Mix dataset state of another rank",
+                    expected=f"rank {self.rank}",
+                    found=f"rank {state['rank']}",
+                )
+            )
+        role, nw = int(state["role"]), int(state["num_workers"])
+        epoch, j = int(state["epoch"]), int(state["j"])
+        sources = [(int(e), int(p)) for e, p in state["sources"]]
+        lv = self.positions.level(nw)
+        g = lv.topology.stream_id(self.rank, role)
+        recorded = [StreamCursor(self.rank, role, e, p) for e, p in sources]
+        try:
+            fits = len(sources) == len(self.sources) and lv.source_positions(
+                epoch, g, j, recorded, role=role
+            ) == [max(p, (epoch, 0)) if not self.infinite else p for p in sources]
+            why = ""
+        except ResumeStateError as exc:
+            fits, why = False, f" ({str(exc).split('. Fix:')[0]})"
+        if not fits:
+            raise ResumeStateError(
+                describe(
+                    "The mix dataset state does not fit this mix",
+                    expected=f"{len(self.sources)} source positions matching mix batch {j} of "
+                    f"epoch {epoch}",
+                    found=f"{sources}{why}",
+                    fix="load the state into the same mix, topology and batch size it was saved "
+                    "with (for another topology resume from MixTracker.state_dict())",
+                )
+            )
+        self._loaded = {"role": role, "epoch": epoch, "j": j, "sources": sources}
+        self._live.update(role=role, num_workers=nw, epoch=epoch, j=j, sources=sources)
 
     # -- streaming -------------------------------------------------------------------------------
     def __iter__(self):

@@ -1,6 +1,6 @@
 """Where each mix stream and each source stands in a mix epoch: the arithmetic of a resumed mix.
 
-:class:`_Level` is one run's topology over the mix order; a resume (same or other topology)
+:class:`MixLevel` is one run's topology over the mix order; a resume (same or other topology)
 asks it where the streams start and how far each source got.
 """
 
@@ -17,16 +17,17 @@ from ..index.elastic import Layout
 from ..index.schedule import Topology
 from ..index.start import worker_batches_done
 from ..state.mix import MixState
+from .order import MixOrder
 
 
 @dataclass(eq=False)
-class _Level:
-    """The mix arithmetic of one run: its topology, batch size, and per source the layout of
-    its streams (:class:`~robo_resume.index.elastic.Layout`: a remainder epoch after an
-    elastic resume) and the epoch its streams started the run in (``starts``; a source has
-    nothing in earlier epochs). Pure: no I/O."""
+class MixLevel:
+    """The mix arithmetic of one run, over the mix ``order``: its topology, batch size, and per
+    source the layout of its streams (:class:`~robo_resume.index.elastic.Layout`: a remainder
+    epoch after an elastic resume) and the epoch its streams started the run in (``starts``; a
+    source has nothing in earlier epochs). Pure: no I/O."""
 
-    mix: Any
+    order: MixOrder
     topology: Topology
     batch_size: int
     layouts: tuple[Layout, ...]
@@ -40,7 +41,7 @@ class _Level:
     def epoch_end(self, epoch: int) -> int | None:
         """``J`` of ``epoch`` ("stop"): the smallest mix position, over every stream of every
         rank, at which a source would need a batch past its stream-epoch. None with "cycle"."""
-        mix = self.mix
+        mix = self.order
         if mix.infinite:
             return None
         if epoch not in self._ends:
@@ -83,7 +84,7 @@ class _Level:
                         fix="save the state with MixTracker.state_dict() (it gathers all ranks)",
                     )
                 )
-        if self.mix.infinite or not have:
+        if self.order.infinite or not have:
             return have, None
         last = max(e for e, _ in have.values())
         for g, (e, j) in have.items():
@@ -113,12 +114,12 @@ class _Level:
         source's epochs; "stop": from ``(epoch, 0)``, a short last batch at the stream-epoch's
         end). A recorded cursor that disagrees is refused.
         """
-        counts = self.mix.counts_before(epoch, g, j)
+        counts = self.order.counts_before(epoch, g, j)
         out = []
         for i, c in enumerate(recorded):
             want = int(counts[i]) * self.batch_size
             lay = self.layouts[i]
-            if self.mix.infinite:
+            if self.order.infinite:
                 s = self.starts[i]
                 if c is None:
                     ok, pos = want == 0, (s, 0)
@@ -150,7 +151,7 @@ class _Level:
         (``resume_step // batch_size``), counted from the start of the run: the DataLoader's
         round-robin per mix epoch ("stop": each epoch yields ``J * W`` batches; found by
         summing the epochs, so the cost grows with the epoch, not with the batch)."""
-        mix, topo = self.mix, self.topology
+        mix, topo = self.order, self.topology
         wp = topo.workers_per_rank
         epoch, rem = 0, batches
         while not mix.infinite:

@@ -1,9 +1,9 @@
-"""Where a mix resumes: from a MixState, a resume_step or a StatefulDataLoader state."""
+"""Where a mix's streams stand: levels, start points, resume (same or other topology), epochs."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ResumeStateError, describe
@@ -13,17 +13,45 @@ from ..index.start import StartPoint, worker_batches_done
 from ..state.mix import MixState
 from ..state.records import check_resume_step
 from ..state.resume import StreamCursor
-from .levels import _Level
+from ..stream.epochs import EpochTable
+from .levels import MixLevel
+from .order import MixOrder
 
 
-class _MixResume:
-    """Where a mix resumes: from a MixState, a resume_step or a StatefulDataLoader state, on
-    the same or another topology (elastic).
+class MixPositions:
+    """Where a mix's streams stand: its levels, start points and resume, on the same or
+    another topology (elastic), and how many batches its epochs have.
 
-    A mixin of :class:`robo_resume.mix.MixedDataset`.
+    Args:
+        order: the mix's :class:`~robo_resume.mix.order.MixOrder`.
+        datasets: the sources' datasets (each resumes from its part of a mix state).
+        batch_size, rank, world_size, on_error: the mix's.
+        resume_step: checked here (:meth:`check_resume_step`) before it is kept.
+
+    Arithmetic only (no frame is read), over the mix order and the sources' layouts.
     """
 
-    def _check_resume_step(self, step: Any, state: Any) -> int:
+    def __init__(
+        self,
+        order: MixOrder,
+        datasets: Sequence[Any],
+        *,
+        batch_size: int,
+        rank: int,
+        world_size: int,
+        on_error: str,
+    ) -> None:
+        self.order, self.datasets = order, list(datasets)
+        self.infinite = order.infinite
+        self.batch_size, self.rank, self.world_size = batch_size, rank, world_size
+        self.on_error = on_error
+        self.resume_step = 0
+        self.resume_state: MixState | None = None
+        self._levels: dict[int, MixLevel] = {}
+        self._starts: dict[int, StartPoint] = {}
+
+    def check_resume_step(self, step: Any, state: Any) -> int:
+        """Check ``resume_step`` against a ``resume_state`` and the skip policy; keep it."""
         check_resume_step(step, self.batch_size)
         if step and state is not None:
             raise ValueError(
@@ -44,20 +72,21 @@ class _MixResume:
                     "chunks were skipped, so they would be read again and skipped records lost",
                 )
             )
+        self.resume_step = step
         return step
 
     # -- resume ----------------------------------------------------------------------------------
-    def _install(self, state: MixState, strict: bool) -> None:
+    def install(self, state: MixState, strict: bool) -> None:
         """Hand each source its part of ``state``, its cursors put where the mix says.
 
         The positions are checked against the arithmetic of the run that saved the state
-        (:meth:`_Level.source_positions`); in "stop" mode a source cursor left in an earlier
+        (:meth:`MixLevel.source_positions`); in "stop" mode a source cursor left in an earlier
         epoch (the source gave that stream nothing yet this epoch) becomes ``(epoch, 0)``,
         and after a finished mix epoch every cursor is the next epoch's start. So the sources'
         own elastic re-partition (:mod:`robo_resume.index.elastic`) sees what each source has
         really left.
         """
-        old = self._state_level(state)
+        old = self.state_level(state)
         positions, _ = old.positions(state, ranks=None)
         topo = old.topology
         normal: list[list[StreamCursor]] = [[] for _ in self.datasets]
@@ -70,34 +99,37 @@ class _MixResume:
                 normal[i].append(StreamCursor(rank, role, ep, p))
         for ds, st, cur in zip(self.datasets, state.sources, normal, strict=True):
             ds.use_resume_state(dataclasses.replace(st, cursors=tuple(cur)), strict=strict)
+        self.resume_state = state
 
-    def _state_level(self, state: MixState) -> _Level:
+    def state_level(self, state: MixState) -> MixLevel:
         """The arithmetic of the run that saved ``state`` (its topology, batch size, layouts)."""
         layouts = tuple(
             build_layout(ds.chunks, ds.config, [*st.origin, st.level], infinite=self.infinite)
             for ds, st in zip(self.datasets, state.sources, strict=True)
         )
         topo = Topology(state.world_size, state.num_workers)
-        return _Level(self, topo, state.batch_size, layouts, state.source_starts)
+        return MixLevel(self.order, topo, state.batch_size, layouts, state.source_starts)
 
-    def _elastic(self, num_workers: int) -> bool:
+    def elastic(self, num_workers: int) -> bool:
+        """Whether this run resumes a state of another topology or batch size."""
         st = self.resume_state
         return st is not None and st.topology != (self.world_size, num_workers, self.batch_size)
 
-    def level(self, num_workers: int) -> _Level:
-        """This run's mix arithmetic with ``num_workers`` workers (see :class:`_Level`)."""
+    def level(self, num_workers: int) -> MixLevel:
+        """This run's mix arithmetic with ``num_workers`` workers (see :class:`MixLevel`)."""
         lv = self._levels.get(num_workers)
         if lv is None:
             layouts = tuple(ds.layout(num_workers) for ds in self.datasets)
             st = self.resume_state
             if st is None:
                 starts = (0,) * len(self.datasets)
-            elif self._elastic(num_workers):  # where each source's re-partition starts
+            elif self.elastic(num_workers):  # where each source's re-partition starts
                 starts = tuple(ds.start_point(num_workers)[1][0][0] for ds in self.datasets)
             else:
                 starts = st.source_starts
             topo = Topology(self.world_size, num_workers)
-            lv = self._levels[num_workers] = _Level(self, topo, self.batch_size, layouts, starts)
+            lv = MixLevel(self.order, topo, self.batch_size, layouts, starts)
+            self._levels[num_workers] = lv
         return lv
 
     def start_point(self, num_workers: int) -> StartPoint:
@@ -119,12 +151,12 @@ class _MixResume:
         lv = self.level(num_workers)
         st = self.resume_state
         if st is None and self.resume_step == 0:
-            return 0, [(0, 0, [(0, 0)] * len(self.sources)) for _ in range(wp)], 0
+            return 0, [(0, 0, [(0, 0)] * self.order.num_sources) for _ in range(wp)], 0
         if st is None:
             return lv.step_start(self.rank, self.resume_step // self.batch_size)
-        if self._elastic(num_workers):
+        if self.elastic(num_workers):
             last = max(e for *_, e, _ in st.mix)
-            old = self._state_level(st)
+            old = self.state_level(st)
             if self.infinite:
                 label = last + 1  # "cycle": the mix epoch counts topology changes
             else:
@@ -133,7 +165,7 @@ class _MixResume:
             return 0, [(label, 0, [(s, 0) for s in lv.starts]) for _ in range(wp)], 0
         mine, done = lv.positions(st, ranks=(self.rank,))
         if done is not None:
-            n = len(self.sources)
+            n = self.order.num_sources
             return 0, [(done, 0, [(done, 0)] * n) for _ in range(wp)], st.batches
         cur = [mine[lv.topology.stream_id(self.rank, r)] for r in range(wp)]
         total = sum(j for _, j in cur)
@@ -157,67 +189,6 @@ class _MixResume:
             starts.append((e, j, lv.source_positions(e, g, j, recorded, role=role)))
         return total % wp, starts, st.batches
 
-    # -- StatefulDataLoader protocol -------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """This worker's mix stream (what it has yielded), for torchdata's StatefulDataLoader:
-        ``rank, role, num_workers, epoch, j`` and each source stream's ``(epoch, position)``."""
-        live = dict(self._live)
-        live["sources"] = [list(p) for p in live["sources"]]
-        return live
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from a :meth:`state_dict` in the next ``iter()`` (StatefulDataLoader hook).
-
-        The position is checked against the mix arithmetic (each source stream's position must
-        be what ``j`` batches of the mix order leave it at), so a state of another mix,
-        topology or batch size is refused instead of replaying or losing frames; an elastic
-        resume needs :class:`MixTracker`'s state.
-        """
-        need = ("rank", "role", "num_workers", "epoch", "j", "sources")
-        if not isinstance(state, Mapping) or any(k not in state for k in need):
-            raise ResumeStateError(
-                describe(
-                    "Invalid mix dataset state",
-                    expected=f"keys {need} (MixedDataset.state_dict())",
-                    found=sorted(state) if isinstance(state, Mapping) else type(state).__name__,
-                    fix="pass the unmodified StatefulDataLoader state_dict()",
-                )
-            )
-        if int(state["rank"]) != self.rank:
-            raise ResumeStateError(
-                describe(
-                    "Mix dataset state of another rank",
-                    expected=f"rank {self.rank}",
-                    found=f"rank {state['rank']}",
-                )
-            )
-        role, nw = int(state["role"]), int(state["num_workers"])
-        epoch, j = int(state["epoch"]), int(state["j"])
-        sources = [(int(e), int(p)) for e, p in state["sources"]]
-        lv = self.level(nw)
-        g = lv.topology.stream_id(self.rank, role)
-        recorded = [StreamCursor(self.rank, role, e, p) for e, p in sources]
-        try:
-            fits = len(sources) == len(self.sources) and lv.source_positions(
-                epoch, g, j, recorded, role=role
-            ) == [max(p, (epoch, 0)) if not self.infinite else p for p in sources]
-            why = ""
-        except ResumeStateError as exc:
-            fits, why = False, f" ({str(exc).split('. Fix:')[0]})"
-        if not fits:
-            raise ResumeStateError(
-                describe(
-                    "The mix dataset state does not fit this mix",
-                    expected=f"{len(self.sources)} source positions matching mix batch {j} of "
-                    f"epoch {epoch}",
-                    found=f"{sources}{why}",
-                    fix="load the state into the same mix, topology and batch size it was saved "
-                    "with (for another topology resume from MixTracker.state_dict())",
-                )
-            )
-        self._loaded = {"role": role, "epoch": epoch, "j": j, "sources": sources}
-        self._live.update(role=role, num_workers=nw, epoch=epoch, j=j, sources=sources)
-
     def epochs_started(self, state: Mapping[str, Any] | MixState, num_workers: int) -> int:
         """Mix epochs the interrupted run finished ("stop"; 0 with "cycle").
 
@@ -226,5 +197,79 @@ class _MixResume:
             return 0
         st = MixState.from_dict(state)
         last = max(e for _, _, e, _ in st.mix)
-        done = self._state_level(st).epoch_end(last)
+        done = self.state_level(st).epoch_end(last)
         return last + 1 if all(e == last and j >= done for _, _, e, j in st.mix) else last
+
+    # -- epochs --------------------------------------------------------------------------------
+    def epoch_batches(self, epoch: int, num_workers: int) -> int | None:
+        """``J``: batches every mix stream yields in ``epoch`` ("stop"); None with "cycle"."""
+        return self.level(num_workers).epoch_end(epoch)
+
+    def batches_next_iteration(self, num_workers: int, table: EpochTable) -> int:
+        """Batches the next iteration of this rank's DataLoader yields (``len(loader)``).
+
+        ``exhausted="stop"``: the first iteration runs from :meth:`start_point` (after a
+        resume, what is left of the interrupted mix epoch) to the epoch's end ``J`` of every
+        role; later ones are whole mix epochs. ``"cycle"`` has no end: TypeError.
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "A cycling mix's loader has no len()",
+                    expected="exhausted='stop' for a loader with a length",
+                    found="exhausted='cycle': one endless iteration",
+                    fix="count steps yourself (the mix cycles through its sources' epochs)",
+                )
+            )
+        wp = max(num_workers, 1)
+        if not table.started:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            return sum(
+                max(int(self.epoch_batches(epoch, num_workers)) - j, 0) for epoch, j, _ in starts
+            )
+        return int(self.epoch_batches(table.next_epoch, num_workers)) * wp
+
+    def next_epoch(self, num_workers: int, table: EpochTable) -> int:
+        """The mix epoch the next iteration of this rank's loader plays ("stop" only).
+
+        As :meth:`ChunkedEpisodeDataset.next_epoch`: the resume point's epoch (the next one
+        when the checkpoint was taken at an epoch's end), then one more per iteration; what
+        :meth:`~robo_resume.stream.loader.BatchLoader.epochs` counts with. TypeError with "cycle".
+        """
+        if self.infinite:
+            raise TypeError(
+                describe(
+                    "A cycling mix has no epochs to count",
+                    expected="exhausted='stop' for epochs",
+                    found="exhausted='cycle': one endless iteration",
+                    fix="count steps (the mix cycles through its sources' epochs)",
+                )
+            )
+        if not table.started:
+            _, starts, _ = self.start_point(num_workers)
+            return min(e for e, _, _ in starts)
+        return table.next_epoch
+
+    def share_schedule(self, num_workers: int, table: EpochTable) -> None:
+        """Compute each source's layout of the source epoch the next iteration starts in, here,
+        before the DataLoader's workers start (as
+        :meth:`~robo_resume.dataset.ChunkedEpisodeDataset.share_schedule` does for one
+        dataset): forked workers inherit them, spawn and forkserver workers map
+        them from shared memory, instead of each worker permuting every source's epoch. What
+        :class:`~robo_resume.stream.loader.BatchLoader` calls. A source epoch a worker reaches
+        on its own (``exhausted="cycle"``) it still computes itself; the frames are the same.
+        """
+        if not table.started:  # nothing started yet: from the resume point
+            _, starts, _ = self.start_point(num_workers)
+            firsts = [min(role[2][i][0] for role in starts) for i in range(len(self.datasets))]
+        else:  # every role starts the next mix epoch, each source at its epoch of that number
+            firsts = [table.next_epoch] * len(self.datasets)
+        for ds, epoch in zip(self.datasets, firsts, strict=True):
+            layout = ds.layout(num_workers)
+            if epoch != layout.epoch:  # a remainder epoch (elastic resume) has no layout to share
+                layout.schedule.share_epoch(epoch)
+
+    def batches_per_epoch(self, num_workers: int) -> int | None:
+        """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
+        j = self.epoch_batches(0, num_workers)
+        return None if j is None else j * max(num_workers, 1)

@@ -38,7 +38,7 @@ class MixTracker:
         _, starts, batches = self.mix.start_point(num_workers)
         self.num_workers = num_workers
         self.positions = {r: (e, j) for r, (e, j, _) in enumerate(starts)}
-        prev = None if self.mix._elastic(num_workers) else self.mix.resume_state
+        prev = None if self.mix.positions.elastic(num_workers) else self.mix.resume_state
         for i, t in enumerate(self.trackers):
             cursors = {r: tuple(s[2][i]) for r, s in enumerate(starts)}
             t.start(num_workers, cursors, prev.sources[i].batches if prev else 0)
@@ -85,7 +85,7 @@ class MixTracker:
         if not any(t.skipped for t in self.trackers):
             return "robo_resume: no chunk skipped"
         return "\n".join(
-            f"source {i} ({self.mix._name(i)}): {t.skip_report()}"
+            f"source {i} ({self.mix.source_name(i)}): {t.skip_report()}"
             for i, t in enumerate(self.trackers)
             if t.skipped
         )
