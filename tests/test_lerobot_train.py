@@ -245,12 +245,14 @@ def test_kill_resume_bit_identical(data, zygotes):
     assert os.readlink(ckpt(run, "last")) == "000004"
     assert not list((run / "checkpoints").glob(".*")), "a partial checkpoint was left visible"
     # what kills at other points of a save leave (a run killed between the two renames of a
-    # step written again, or before its new `last` link replaced the old): the next save
-    # removes them all
-    planted = (".000008.partial-1", ".000008.old-2")
+    # step written again, or before its new `last` link replaced the old): the next run
+    # removes them all (they name a dead writer: the run resuming holds the lock)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    planted = (f".000008.partial-{dead.pid}", f".000008.old-{dead.pid}")
     for name in planted:
         (run / "checkpoints" / name / "pretrained_model").mkdir(parents=True)
-    (run / "checkpoints" / ".last.3").symlink_to("000004")
+    (run / "checkpoints" / f".last.{dead.pid}").symlink_to("000004")
     _, out = train([*common, spawn, f"--output_dir={run}", *resume_args(run)], base / "run.idx")
     left = sorted(p.name for p in (run / "checkpoints").glob(".*"))
     assert left == [], f"a save left these behind: {left}"

@@ -33,6 +33,14 @@ What it replaces:
    written into a hidden sibling folder, flushed to disk, renamed into place, and only then
    ``last`` is replaced (an atomic rename of a new link), so ``last`` always names a complete
    checkpoint.
+5. **One run per output directory.** The main process locks ``OUTPUT_DIR/.robo-resume-train.lock``
+   before the policy is built (:mod:`.lock`): a second run into the directory of a live run,
+   fresh or ``--resume=true``, is refused naming that run's PID, host and start time; the lock
+   of a killed run is taken over with a WARNING. Only the run holding the lock removes the
+   hidden folders of interrupted saves, and only those of dead writers. A new run into an
+   existing ``--output_dir`` that holds no complete checkpoint (a run killed during its first
+   save) is accepted, where lerobot would refuse any existing directory; resuming such a run
+   says there is no checkpoint yet and to start it fresh.
 
 Flags of its own (everything else is lerobot-train's):
 
@@ -51,13 +59,15 @@ Flags of its own (everything else is lerobot-train's):
   (one written before ``--stream.order`` existed: the interleave order it was saved with).
 
 Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
-file names, checks made before lerobot is imported), :mod:`.checkpoints` (robo_resume's files
-in a checkpoint, RNG states, the atomic write), :mod:`.setup` (everything built before the
+file names, checks made before lerobot is imported), :mod:`.lock` (the output directory's
+lock), :mod:`.checkpoints` (robo_resume's files in a checkpoint, RNG states, the atomic write,
+what interrupted saves leave), :mod:`.setup` (everything built before the
 loop), and :mod:`.pipeline` (the loop). lerobot is imported inside functions only: the rest
 of robo_resume never needs it.
 
 For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and
-rank with the ``index`` values the step trained on.
+rank with the ``index`` values the step trained on; ``ROBO_RESUME_TRAIN_SAVE_PAUSE=PATH`` holds
+every save halfway until the file ``PATH`` exists (:func:`.checkpoints.pause_for_tests`).
 """
 
 from __future__ import annotations

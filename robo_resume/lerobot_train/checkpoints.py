@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,10 @@ import torch
 
 from ..errors import ResumeStateError, describe
 from ..state.resume import library_version as version
+from .lock import LOCK_FILE, check_free, pid_alive
 from .options import DATA_DIR, DATA_STATE, OPTIONS, RNG_RANK, MixOptions
+
+SAVE_PAUSE_ENV = "ROBO_RESUME_TRAIN_SAVE_PAUSE"  # tests only: see pause_for_tests
 
 
 def read_saved(ckpt: Path) -> dict[str, Any]:
@@ -95,18 +103,100 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def remove_leftovers(parent: Path) -> None:
-    """Remove what killed :func:`save_atomic` calls left in the checkpoints folder ``parent``.
+LEFTOVER = re.compile(r"^\.(?:.+\.(?:partial|old)-|last\.)(\d+)$")  # names save_atomic hides
+
+
+def leftover_pid(name: str) -> int | None:
+    """The writer's PID in a hidden name :func:`save_atomic` makes (``.STEP.partial-PID``,
+    ``.STEP.old-PID``, ``.last.PID``); None for any other name."""
+    match = LEFTOVER.match(name)
+    return int(match.group(1)) if match else None
+
+
+def remove_leftovers(parent: Path) -> list[str]:
+    """Remove what killed :func:`save_atomic` calls left in the checkpoints folder ``parent``;
+    returns the names removed.
 
     Only the hidden names a save makes: ``.STEP.partial-PID`` and ``.STEP.old-PID`` folders and
-    ``.last.PID`` links (never ``last``, which names a complete checkpoint). Only the main
-    process saves, so none of them is in use.
+    ``.last.PID`` links (never ``last``, which names a complete checkpoint), and only those of
+    a dead writer or of this process. Call it only while holding the output directory's lock
+    (:mod:`.lock`), which the main process, the only one that saves, takes before the first
+    step: then a writer whose PID is dead cannot be writing. A name whose PID is alive and not
+    this process's is left alone (a reused PID, or a run on another host whose lock was removed
+    by hand).
     """
-    for stale in (*parent.glob(".*.partial-*"), *parent.glob(".*.old-*"), *parent.glob(".last.*")):
+    removed = []
+    for stale in sorted(parent.glob(".*")):
+        pid = leftover_pid(stale.name)
+        if pid is None or (pid != os.getpid() and pid_alive(pid)):
+            continue
         if stale.is_symlink() or not stale.is_dir():
             stale.unlink(missing_ok=True)
         else:
             shutil.rmtree(stale, ignore_errors=True)
+        removed.append(stale.name)
+    return removed
+
+
+def interrupted_first_save(output_dir: Path) -> list[str] | None:
+    """The hidden names in ``output_dir/checkpoints`` if the folder holds no complete
+    checkpoint: nothing in ``output_dir`` but its lock file and a ``checkpoints`` folder (if
+    any) of hidden names a killed :func:`save_atomic` left. None otherwise (a checkpoint, a
+    ``last`` link or any other file: a run that a new one would overwrite)."""
+    names = []
+    for entry in output_dir.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.name != "checkpoints" or entry.is_symlink() or not entry.is_dir():
+            return None
+        for item in entry.iterdir():
+            if leftover_pid(item.name) is None:
+                return None
+            names.append(item.name)
+    return sorted(names)
+
+
+@contextmanager
+def fresh_start(cfg: Any) -> Iterator[None]:
+    """Around lerobot's ``cfg.validate()``: a new run (``--resume`` false) into an existing
+    ``--output_dir``.
+
+    A live run's directory is refused naming that run (:func:`.lock.check_free`), before
+    lerobot's check would advise resuming it. A directory holding no complete checkpoint (only
+    the leftovers of a run killed during its first save, :func:`interrupted_first_save`) is
+    accepted: lerobot refuses an existing directory so as not to overwrite a run, and there
+    is none here to overwrite (the pipeline removes the leftovers once it holds the lock).
+    lerobot's check is skipped by validating with no output directory, then putting it back
+    (lerobot would otherwise choose a dated one, and nothing else in ``validate`` reads it).
+    """
+    out = cfg.output_dir
+    if cfg.resume or not isinstance(out, Path) or not out.is_dir():
+        yield
+        return
+    check_free(out)
+    if interrupted_first_save(out) is None:
+        yield  # lerobot refuses it: a run is there
+        return
+    cfg.output_dir = None
+    try:
+        yield
+    finally:
+        cfg.output_dir = out
+
+
+def pause_for_tests(partial: Path) -> None:
+    """Test hook, never set in normal use: with ``ROBO_RESUME_TRAIN_SAVE_PAUSE=PATH`` in the
+    environment, a save stops once lerobot's files are in its partial folder ``partial``,
+    prints ``save paused: PARTIAL`` to stderr and waits until the file ``PATH`` exists, then
+    removes it and goes on. A test thereby holds a run mid-save (to start a second run
+    beside it, or to kill it there) and releases one save per file it creates."""
+    release = os.environ.get(SAVE_PAUSE_ENV)
+    if not release:
+        return
+    print(f"save paused: {partial}", file=sys.stderr, flush=True)
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    os.unlink(release)
 
 
 def save_atomic(
@@ -128,13 +218,14 @@ def save_atomic(
     """lerobot's ``save_checkpoint`` into a hidden sibling, then rename, then move ``last``.
 
     Steps, each for a reason: (1) write everything into ``.STEP.partial-PID`` (a kill leaves
-    only a hidden folder, removed by the next save); (2) fsync every file and folder (the
+    only a hidden folder); (2) fsync every file and folder (the
     rename must not reach the disk before the data); (3) rename over an older ``STEP`` (a
     checkpoint of the same step, e.g. written again after a resume, is moved aside first);
     (4) replace ``last`` by renaming a new link over it (atomic, unlike unlink + symlink).
     A kill leaves at most hidden names behind: ``.STEP.partial-PID``, ``.STEP.old-PID`` (killed
     between the two renames of step 3; ``last`` still names an earlier, complete checkpoint)
-    and ``.last.PID`` (killed before its rename); every save first removes them all
+    and ``.last.PID`` (killed before its rename); the run that next holds the output
+    directory's lock removes those of dead writers, at its start and before every save
     (:func:`remove_leftovers`).
     """
     from lerobot.common.train_utils import save_checkpoint
@@ -156,6 +247,7 @@ def save_atomic(
         num_processes=world,
         batch_size=cfg.batch_size,
     )
+    pause_for_tests(tmp)
     ours = tmp / "training_state" / DATA_DIR
     ours.mkdir(parents=True, exist_ok=True)
     (ours / DATA_STATE).write_text(json.dumps(data_state, indent=1))

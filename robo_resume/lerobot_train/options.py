@@ -330,6 +330,8 @@ def check_config_path(args: Sequence[str]) -> None:
             if parent.name == "checkpoints" and parent.is_dir():
                 names = sorted(p.name for p in parent.iterdir() if not p.name.startswith("."))
                 hint = f" ({parent} holds: {', '.join(names) or 'nothing'})"
+                if not names:
+                    no_checkpoint_yet(path, parent)
                 break
         raise TrainSetupError(
             describe(
@@ -339,6 +341,25 @@ def check_config_path(args: Sequence[str]) -> None:
                 "train_config.json of the run to resume (`ls OUTPUT_DIR/checkpoints`)",
             )
         )
+
+
+def no_checkpoint_yet(path: Path, checkpoints: Path) -> None:
+    """Raise for a resume from ``checkpoints``, a folder without any complete checkpoint (the
+    run was stopped before or during its first save), with the way forward: a fresh start."""
+    partial = sorted(p.name for p in checkpoints.iterdir() if ".partial-" in p.name)
+    found = f"no file {path}: {checkpoints} holds no complete checkpoint"
+    if partial:
+        found += f", only {', '.join(partial)} (a save that was interrupted)"
+    raise TrainSetupError(
+        describe(
+            "Cannot resume: the run has no complete checkpoint yet",
+            found=found,
+            fix="start the run fresh: the command that started it (the same flags and "
+            f"--output_dir={checkpoints.parent}), without --resume and --config_path. An output "
+            "directory without a complete checkpoint is accepted, and the partial folder is "
+            "removed",
+        )
+    )
 
 
 def require_lerobot() -> None:

@@ -12,8 +12,16 @@ from typing import Any
 
 import torch
 
-from .checkpoints import gather_rng, read_saved, restore_rng, save_atomic
-from .options import INDEX_LOG_ENV, MixOptions, StreamOptions, resolve_stream, stream_line
+from .checkpoints import gather_rng, read_saved, remove_leftovers, restore_rng, save_atomic
+from .lock import RunLock
+from .options import (
+    INDEX_LOG_ENV,
+    MixOptions,
+    StreamOptions,
+    TrainSetupError,
+    resolve_stream,
+    stream_line,
+)
 from .setup import (
     build_dataset,
     camera_keys,
@@ -68,6 +76,7 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
     if main_process:
         logging.info("robo-resume train: lerobot's pipeline, robo_resume's data path")
         logging.info(pformat(cfg.to_dict()))
+    lock = take_lock(Path(cfg.output_dir), main_process, world, log)  # before the policy
     if cfg.seed is not None:
         set_seed(cfg.seed, accelerator=accelerator)
 
@@ -250,4 +259,43 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
             postprocessor.push_to_hub(active.repo_id)
     del batches  # stop the workers before the process group goes
     accelerator.wait_for_everyone()
+    if lock is not None:
+        lock.release()
     accelerator.end_training()
+
+
+def take_lock(output_dir: Path, main_process: bool, world: int, log: logging.Logger):
+    """The main process takes ``output_dir``'s lock (:mod:`.lock`) and removes what saves of
+    dead runs left in its checkpoints folder; every rank raises its refusal. Returns the lock
+    (None on the other ranks)."""
+    lock, error = None, None
+    if main_process:
+        try:
+            lock = RunLock.acquire(output_dir)
+        except TrainSetupError as exc:
+            error = str(exc)
+    if world > 1:  # the other ranks stop too, with the same message
+        from accelerate.utils import broadcast_object_list
+
+        error = broadcast_object_list([error], from_process=0)[0]
+    if error is not None:
+        raise TrainSetupError(error)
+    if lock is None:
+        return None
+    if not lock.supported:
+        log.warning(
+            "the filesystem of %s does not support file locks: a second run started into this "
+            "--output_dir would not be detected",
+            output_dir,
+        )
+    if lock.stale_note():
+        log.warning(lock.stale_note())
+    checkpoints = output_dir / "checkpoints"
+    removed = remove_leftovers(checkpoints) if checkpoints.is_dir() else []
+    if removed:
+        log.warning(
+            "removed what interrupted saves of dead runs left in %s: %s",
+            checkpoints,
+            ", ".join(removed),
+        )
+    return lock

@@ -19,6 +19,7 @@ from ..hub import resolve_dataset
 from ..mix import MixedDataset, MixSource
 from ..reader import LeRobotReader
 from ..stream.tuning import StreamTuning
+from .checkpoints import fresh_start
 from .options import MixOptions, TrainSetupError
 
 
@@ -26,7 +27,10 @@ from .options import MixOptions, TrainSetupError
 def validate(cfg: Any, mix: MixOptions | None = None) -> None:
     """lerobot's ``cfg.validate()``, its errors made ours, and the flags we cannot honour."""
     try:
-        cfg.validate()
+        with fresh_start(cfg):  # a live run's directory, or one without a checkpoint
+            cfg.validate()
+    except TrainSetupError:
+        raise  # fresh_start's, complete (it derives from ValueError, wrapped below)
     except FileExistsError as exc:
         raise TrainSetupError(
             describe(
