@@ -124,6 +124,7 @@ def save_atomic(
     rng: list[dict[str, torch.Tensor]],
     mix: MixOptions | None,
     stream: dict[str, Any] | None = None,
+    files: dict[str, bytes] | None = None,
 ) -> None:
     """lerobot's ``save_checkpoint`` into a hidden sibling, then rename, then move ``last``.
 
@@ -135,7 +136,8 @@ def save_atomic(
     A kill leaves at most hidden names behind: ``.STEP.partial-PID``, ``.STEP.old-PID`` (killed
     between the two renames of step 3; ``last`` still names an earlier, complete checkpoint)
     and ``.last.PID`` (killed before its rename); every save first removes them all
-    (:func:`remove_leftovers`).
+    (:func:`remove_leftovers`). ``files``: more files for ``training_state/robo_resume/``,
+    name -> bytes (the per-step record, :mod:`.record`).
     """
     from lerobot.common.train_utils import save_checkpoint
     from safetensors.torch import save_file
@@ -162,6 +164,8 @@ def save_atomic(
     (ours / OPTIONS).write_text(
         json.dumps({"mix": mix.to_dict() if mix else None, "stream": stream, "library": version()})
     )
+    for name, content in (files or {}).items():
+        (ours / name).write_bytes(content)
     for r, state in enumerate(rng):
         save_file({k: v.contiguous() for k, v in state.items()}, ours / RNG_RANK.format(rank=r))
     fsync_tree(tmp)
