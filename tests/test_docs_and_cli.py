@@ -194,7 +194,7 @@ def test_cli_usage_errors(tmp_path, capsys):
     assert "dataset root does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["demo", "inspect", "plan", "verify", "bench"])
+@pytest.mark.parametrize("command", ["demo", "inspect", "plan", "verify", "audit", "bench"])
 def test_every_command_has_help_and_json(command, capsys):
     with pytest.raises(SystemExit) as e:
         main([command, "--help"])
@@ -206,5 +206,5 @@ def test_console_script_help():
     exe = Path(sys.executable).with_name("robo-resume")
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True)
     assert r.returncode == 0
-    for command in ("demo", "inspect", "plan", "verify", "bench"):
+    for command in ("demo", "inspect", "plan", "verify", "audit", "bench"):
         assert command in r.stdout

@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from train_zygote import Zygote, kill_group
@@ -181,6 +183,50 @@ def resume_args(out: Path) -> list[str]:
     return ["--resume=true", f"--config_path={cfg}"]
 
 
+def audit(out: Path, *args: str, zygote: Zygote, as_json: bool = False) -> tuple[int, Any]:
+    """``robo-resume audit OUT ARGS`` forked from ``zygote``: (exit code, text or parsed JSON)."""
+    out_file = _out_file(zygote)
+    err_file = _out_file(zygote) if as_json else None  # else stderr into the text too
+    argv = ["audit", str(out), *args, *(["--json"] if as_json else [])]
+    code = zygote.wait(zygote.start("robo-resume", argv, env_for(None), out_file, err_file), 120)
+    text = out_file.read_text()
+    assert code in (0, 1, 2), text[-3000:] + (err_file.read_text()[-3000:] if err_file else "")
+    return code, json.loads(text) if as_json else text
+
+
+def frames_of(ranges: list[list[int]], starts: dict[int, int]) -> set[int]:
+    """Dataset ``index`` values of the audit's ``[episode, first, last, times]`` ranges."""
+    return {starts[ep] + f for ep, a, b, _ in ranges for f in range(a, b + 1)}
+
+
+def tampered_record_fails_the_audit(ref: Path, log: Path, out: Path, zygote: Zygote) -> None:
+    """A copy of ``ref`` (8 steps, 2 workers) whose record says step 6 consumed step 5's stream
+    positions: step 5's frames are replayed and step 6's lost, named by the audit (exit 1)."""
+    import numpy as np
+
+    shutil.copytree(ref, out, symlinks=True)
+    path = ckpt(out, 8) / "training_state" / "robo_resume" / "consumed_steps.npz"
+    with np.load(path) as z:
+        rows = z["rows"]
+    assert rows[:, 0].tolist() == list(range(1, 9))
+    rows[5, 2:] = rows[4, 2:]  # role and positions of step 5, on step 6
+    with open(path, "wb") as f:
+        np.savez_compressed(f, rows=rows)
+    steps = dict(steps_of(log))
+    code, text = audit(out, f"--index-log={log}", zygote=zygote)
+    assert code == 1, text
+    assert "robo_resume: FAILED" in text and "replayed: episode" in text and "lost: episode" in text
+    assert "steps 5-6 consumed stream positions" in text
+    assert "step 6 rank 0: the record's frames" in text  # the index log disagrees
+    code, report = audit(out, zygote=zygote, as_json=True)
+    assert code == 1 and not report["ok"]
+    (epoch,) = report["epochs"]
+    starts = dict(zip(range(4), itertools.accumulate((0, *LENGTHS[:-1])), strict=True))
+    assert frames_of(epoch["replayed_ranges"], starts) == set(steps[5])
+    assert frames_of(epoch["lost_ranges"], starts) == set(steps[6])
+    assert epoch["replayed"] == epoch["lost"] == 4
+
+
 def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) -> None:
     """A copy of ``ref`` (an uninterrupted run on dataset a) resumed on dataset c: refused."""
     base, _, _, other = data
@@ -199,7 +245,7 @@ def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) ->
     assert "Traceback" not in text
 
 
-@pytest.mark.slow(55)
+@pytest.mark.slow(75)
 def test_kill_resume_bit_identical(data, zygotes):
     """SIGKILL at a random step after a checkpoint, resume: the same weights, bit for bit.
 
@@ -253,6 +299,15 @@ def test_kill_resume_bit_identical(data, zygotes):
     for name in planted:
         (run / "checkpoints" / name / "pretrained_model").mkdir(parents=True)
     (run / "checkpoints" / f".last.{dead.pid}").symlink_to("000004")
+    # the killed run's audit: steps 1..4 attested by checkpoint 4, the steps after it (logged
+    # by the index log) are retrained by the resume
+    code, text = audit(run, f"--index-log={base / 'run.idx'}", zygote=zygotes[0])
+    assert code == 0, text
+    assert (
+        "epoch 0 (in progress, 48 pending): 64 frames, 16 trained once, 0 replayed, 0 lost" in text
+    )
+    # (the step after kill_at may have been logged too: a step is logged before it trains)
+    assert re.search(r"steps 5-[678] were logged after checkpoint step 4", text), text
     _, out = train([*common, spawn, f"--output_dir={run}", *resume_args(run)], base / "run.idx")
     left = sorted(p.name for p in (run / "checkpoints").glob(".*"))
     assert left == [], f"a save left these behind: {left}"
@@ -281,6 +336,25 @@ def test_kill_resume_bit_identical(data, zygotes):
     cfg = TrainPipelineConfig.from_pretrained(ckpt(run, "last") / "pretrained_model")
     assert cfg.batch_size == 4 and cfg.steps == 8
     assert cfg.dataloader_multiprocessing_context == "spawn"
+    # then an elastic resume (1 worker, batch 8) finishes epoch 0; the audit of the three runs
+    # (killed, resumed, elastic) says every frame of epoch 0 was trained exactly once
+    elastic = [a for a in common if not a.startswith(("--batch_size", "--num_workers", "--steps"))]
+    elastic += [fork, "--batch_size=8", "--num_workers=1", "--steps=12", f"--output_dir={run}"]
+    train([*elastic, *resume_args(run)], base / "run.idx", zygote=zygotes[0])
+    code, text = audit(run, f"--index-log={base / 'run.idx'}", zygote=zygotes[1])
+    assert code == 0, text
+    assert (
+        "run 3: steps 9..12, resumed from 000008, world_size=1 num_workers=1 batch_size=8, "
+        "remainder of epoch 0 re-partitioned" in text
+    ), text
+    # 65 training frames, 2 streams of 32: one frame is in no stream of epoch 0 (tail="drop")
+    assert (
+        "epoch 0 (complete): 64 frames, 64 trained once, 0 replayed, 0 lost, 1 in no "
+        "stream (tail)" in text
+    ), text
+    assert "index log: 12 step(s) compared with the record" in text
+    assert text.rstrip().endswith("robo_resume: exactly once")
+    tampered_record_fails_the_audit(ref, base / "ref.idx", base / "tampered", zygotes[1])
     data_state_of_another_dataset_is_refused(data, ref, zygotes[0])
 
 
@@ -335,6 +409,23 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
     rest = [idx for s, idx in steps_of(log, 0) if s > 5]
     assert [len(idx) for idx in rest[:11]] == [8] * 11
     epoch_frames_exactly_once([idx for _, idx in r0] + [idx for _, idx in r1] + rest, 128)
+    # the audit from the record alone (2 ranks' rows gathered into each checkpoint), and with
+    # the index log of both ranks
+    code, report = audit(out, f"--index-log={log}", zygote=zygotes[1], as_json=True)
+    assert code == 0, report
+    assert [(r["world_size"], r["num_workers"], r["batch_size"]) for r in report["runs"]] == [
+        (2, 2, 4),
+        (1, 1, 8),
+    ]
+    assert report["log_steps_checked"] == 5 * 2 + 11
+    e0 = report["epochs"][0]
+    assert (e0["frames"], e0["once"], e0["replayed"], e0["lost"], e0["pending"]) == (
+        128,
+        128,
+        0,
+        0,
+        0,
+    )
 
 
 @pytest.mark.slow(17)
@@ -359,6 +450,9 @@ def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     _, text = train([*resumed, "--steps=8", f"--output_dir={run}", *resume_args(run)],
                     base / "mixrun.idx", zygote=zygotes[1])  # fmt: skip
     assert "mix of 2 datasets" in text and "Resuming from" in text
+    code, text = audit(run, zygote=zygotes[0])
+    assert code == 2 and "robo-resume audit does not audit --mix.* runs yet" in text, text
+    assert "a mix of 2 sources" in text and "ROBO_RESUME_TRAIN_INDEX_LOG=PATH" in text
     ref_steps = steps_of(base / "mixref.idx")
     assert [s for s, _ in ref_steps] == list(range(1, 9))
     assert steps_of(base / "mixrun.idx") == ref_steps[4:]
@@ -409,6 +503,12 @@ def test_bad_invocations_get_clear_errors(tmp_path, capsys):
     text = capsys.readouterr().err
     assert code == 2, text[-2000:]
     assert "Cannot resume" in text and "--config_path=OUTPUT_DIR/checkpoints/last" in text
+    # robo-resume audit of a folder without a checkpoint
+    from robo_resume.cli import main as cli_main
+
+    assert cli_main(["audit", str(tmp_path)]) == 2
+    text = capsys.readouterr().err
+    assert "No checkpoint to audit" in text and "--checkpoint STEP" in text, text
     # lerobot's parser refuses a flag it does not know: it exits (argparse), which the command
     # passes on as its exit code; sys.argv is put back either way
     argv = list(sys.argv)

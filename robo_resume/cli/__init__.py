@@ -1,6 +1,7 @@
 """The ``robo-resume`` command line.
 
-Commands: ``demo`` (the README's main job), ``inspect``, ``plan``, ``verify``, ``bench``, and
+Commands: ``demo`` (the README's main job), ``inspect``, ``plan``, ``verify``, ``audit`` (a
+``robo-resume train`` run's checkpoints: every frame trained exactly once?), ``bench``, and
 ``train`` (lerobot-train's pipeline with robo_resume's data path, :mod:`robo_resume.lerobot_train`;
 it takes lerobot-train's own flags). Every command but ``train`` takes ``--json`` for scripts.
 Exit codes: 0 ok, 1 a check found a failure (frames
@@ -15,6 +16,7 @@ import sys
 from ..errors import RoboResumeError
 from ..index.groups import INTERLEAVE_ORDERS
 from ..stream.tuning import ORDERS
+from .audit import cmd_audit
 from .bench import cmd_bench
 from .common import CHUNK_HELP, EPISODES_HELP, ON_ERROR_HELP, ORDER_HELP, USAGE, _message
 from .demo import cmd_demo
@@ -103,6 +105,23 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--epochs", type=int, default=1)
     v.add_argument("--plot", help="write a PNG of how often each frame was consumed")
     v.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
+
+    a = command(
+        "audit",
+        "prove from a robo-resume train run's last checkpoint (its per-step record of the "
+        "stream positions consumed) that every frame of every epoch was trained exactly once; "
+        "name the frames replayed or lost otherwise",
+        cmd_audit,
+    )
+    a.add_argument("output_dir", help="the run's --output_dir")
+    a.add_argument(
+        "--checkpoint", default="last", help="checkpoint to audit (a step folder; default: last)"
+    )
+    a.add_argument(
+        "--index-log",
+        help="also compare every step with the index values the run logged to this "
+        "ROBO_RESUME_TRAIN_INDEX_LOG path (default: that variable, if set)",
+    )
 
     b = command("bench", "quick throughput check of this machine on a dataset", cmd_bench)
     b.add_argument("root")

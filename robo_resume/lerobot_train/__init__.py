@@ -58,11 +58,16 @@ Flags of its own (everything else is lerobot-train's):
   training quality. A checkpoint keeps its run's values and resumes with them, no flags needed
   (one written before ``--stream.order`` existed: the interleave order it was saved with).
 
+5. **A per-step record.** Each checkpoint also holds, per step and rank, the stream positions
+   the step consumed (:mod:`.record`), continued by every resume; ``robo-resume audit
+   OUTPUT_DIR`` (:mod:`.audit`) proves from it that every frame was trained exactly once.
+
 Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
 file names, checks made before lerobot is imported), :mod:`.lock` (the output directory's
-lock), :mod:`.checkpoints` (robo_resume's files in a checkpoint, RNG states, the atomic write,
-what interrupted saves leave), :mod:`.setup` (everything built before the
-loop), and :mod:`.pipeline` (the loop). lerobot is imported inside functions only: the rest
+lock), :mod:`.record` (the per-step record), :mod:`.checkpoints` (robo_resume's files in a
+checkpoint, RNG states, the atomic write, what interrupted saves leave), :mod:`.setup`
+(everything built before the loop), :mod:`.pipeline` (the loop), and :mod:`.audit` (the audit
+of a run's checkpoint, no lerobot needed). lerobot is imported inside functions only: the rest
 of robo_resume never needs it.
 
 For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and

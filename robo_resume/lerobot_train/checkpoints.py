@@ -214,6 +214,7 @@ def save_atomic(
     rng: list[dict[str, torch.Tensor]],
     mix: MixOptions | None,
     stream: dict[str, Any] | None = None,
+    files: dict[str, bytes] | None = None,
 ) -> None:
     """lerobot's ``save_checkpoint`` into a hidden sibling, then rename, then move ``last``.
 
@@ -226,7 +227,8 @@ def save_atomic(
     between the two renames of step 3; ``last`` still names an earlier, complete checkpoint)
     and ``.last.PID`` (killed before its rename); the run that next holds the output
     directory's lock removes those of dead writers, at its start and before every save
-    (:func:`remove_leftovers`).
+    (:func:`remove_leftovers`). ``files``: more files for ``training_state/robo_resume/``,
+    name -> bytes (the per-step record, :mod:`.record`).
     """
     from lerobot.common.train_utils import save_checkpoint
     from safetensors.torch import save_file
@@ -254,6 +256,8 @@ def save_atomic(
     (ours / OPTIONS).write_text(
         json.dumps({"mix": mix.to_dict() if mix else None, "stream": stream, "library": version()})
     )
+    for name, content in (files or {}).items():
+        (ours / name).write_bytes(content)
     for r, state in enumerate(rng):
         save_file({k: v.contiguous() for k, v in state.items()}, ours / RNG_RANK.format(rank=r))
     fsync_tree(tmp)

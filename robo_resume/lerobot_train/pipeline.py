@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
+from ..keys import CURSOR_KEY
 from .checkpoints import gather_rng, read_saved, remove_leftovers, restore_rng, save_atomic
 from .lock import RunLock
 from .options import (
+    DATA_DIR,
     INDEX_LOG_ENV,
     MixOptions,
     StreamOptions,
@@ -22,6 +24,7 @@ from .options import (
     resolve_stream,
     stream_line,
 )
+from .record import RunHeader, StepRecord
 from .setup import (
     build_dataset,
     camera_keys,
@@ -145,6 +148,21 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
             loader_kw["multiprocessing_context"] = cfg.dataloader_multiprocessing_context
     loader = dataset.dataloader(num_workers=workers, **loader_kw)
     tracker = dataset.tracker()
+    record = None  # the per-step record (robo-resume audit); a mix has none
+    if mix is None:
+        loaded = StepRecord.load(resume_dir / "training_state" / DATA_DIR) if resume_dir else None
+        record = loaded or StepRecord([], [])
+        record.begin(
+            RunHeader.of_run(
+                dataset,
+                first_step=step + 1,
+                first_row=len(record.rows),
+                num_workers=workers,
+                tuning=tuning,
+                resumed_from=resume_dir,
+                start_state=saved.get("data_state"),
+            )
+        )
     # The loader is left out on purpose: the dataset is rank-aware already (see 1.)
     policy, optimizer, lr_scheduler = accelerator.prepare(policy, optimizer, lr_scheduler)
     batches = iter(loader)
@@ -193,7 +211,10 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
         )
     while step < cfg.steps:
         start = time.perf_counter()
-        batch = tracker.consume(next(batches))
+        raw = next(batches)
+        if record is not None:
+            record.add(step + 1, rank, raw[CURSOR_KEY])
+        batch = tracker.consume(raw)
         if index_log:
             log_indices(index_log, step + 1, rank, batch)
         for key in cameras:
@@ -229,6 +250,7 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
         if cfg.save_checkpoint and should_save_checkpoint(step, cfg.save_freq, cfg.steps):
             data_state = tracker.state_dict()  # a collective under DDP: every rank calls it
             rng = gather_rng(world)
+            files = record.files(world) if record is not None else None  # a collective too
             if main_process:
                 logging.info(f"Checkpoint policy after step {step}")
                 final = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)
@@ -246,6 +268,7 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
                     rng=rng,
                     mix=mix,
                     stream=tuning,
+                    files=files,
                 )
             accelerator.wait_for_everyone()
     if progbar is not None:
