@@ -19,10 +19,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dataset import ChunkedEpisodeDataset
+from .index.start import StartPoint
+from .stream.positions import StreamPositions
 
-__all__ = ["SCENARIOS", "AuditResult", "NaiveResumeDataset", "audit", "consume", "epochs_started"]
+__all__ = [
+    "SCENARIOS",
+    "AuditResult",
+    "NaivePositions",
+    "NaiveResumeDataset",
+    "audit",
+    "consume",
+    "epochs_started",
+]
 
 SCENARIOS = ("restart", "naive", "arithmetic", "cursor")
+
+
+class NaivePositions(StreamPositions):
+    """The original design's start point: ``resume_step // W`` frames per worker."""
+
+    def start_point(self, num_workers: int) -> StartPoint:
+        """Per-sample split of ``resume_step`` over workers, no rotation (the bug)."""
+        sched = self.schedule(num_workers)
+        wp = max(num_workers, 1)
+        per_epoch = sched.batches_per_rank * self.batch_size
+        epoch, within = divmod(self.resume_step, per_epoch) if per_epoch else (0, 0)
+        pos = min(within // wp, sched.frames_per_stream)
+        return StartPoint(0, [(epoch, pos)] * wp, self.resume_step // self.batch_size)
 
 
 class NaiveResumeDataset(ChunkedEpisodeDataset):
@@ -32,14 +55,7 @@ class NaiveResumeDataset(ChunkedEpisodeDataset):
     frames on some workers and loses as many on others whenever ``steps % W != 0``.
     """
 
-    def start_point(self, num_workers: int):
-        """Per-sample split of ``resume_step`` over workers, no rotation (the bug)."""
-        sched = self.schedule(num_workers)
-        wp = max(num_workers, 1)
-        per_epoch = sched.batches_per_rank * self.batch_size
-        epoch, within = divmod(self.resume_step, per_epoch) if per_epoch else (0, 0)
-        pos = min(within // wp, sched.frames_per_stream)
-        return 0, [(epoch, pos)] * wp, self.resume_step // self.batch_size
+    positions_type = NaivePositions
 
 
 @dataclass(frozen=True)

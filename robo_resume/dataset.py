@@ -145,6 +145,10 @@ class ChunkedEpisodeDataset(IterableDataset):
     record and strip it. Construct the dataset after ``init_process_group`` when using DDP.
     """
 
+    positions_type: type[StreamPositions] = StreamPositions
+    """The positions class a dataset is built with (a subclass may change the arithmetic, as
+    :class:`robo_resume.audit.NaiveResumeDataset` does to show the original design's bug)."""
+
     def __init__(
         self,
         source: str | Path | DataSource | None = None,
@@ -219,7 +223,7 @@ class ChunkedEpisodeDataset(IterableDataset):
                 decoder_threads=tuning.decoder_threads,
             ),
         )
-        self.positions = StreamPositions(
+        self.positions = self.positions_type(
             self.meta,
             episodes,
             episode_spans(self.meta, None if every else episodes),

@@ -217,7 +217,7 @@ class _Spans:
     """Dataset index -> (episode, frame) for naming frames."""
 
     def __init__(self, ds: Any) -> None:
-        spans = ds._spans
+        spans = ds.positions.spans
         order = np.argsort(spans.dataset_from_index)
         self.first = np.asarray(spans.dataset_from_index)[order]
         self.episode = np.asarray(spans.episode_index)[order]
