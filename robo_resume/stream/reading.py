@@ -363,6 +363,7 @@ class _Reading:
         *,
         image_dtype: str | None = None,
         log_resume: bool = False,
+        resume_label: str = "",
     ) -> Iterator[dict[str, Any]]:
         """Batches of stream ``role`` of this rank (``num_workers`` workers) from a position.
 
@@ -372,14 +373,14 @@ class _Reading:
         follow each other in infinite mode; epochs are those of :meth:`layout` (a remainder
         epoch after an elastic resume). Used by :class:`robo_resume.mix.MixedDataset`,
         which decides itself where each source's streams stand. ``log_resume`` logs the
-        stream's ``resume:`` line.
+        stream's ``resume:`` line, ending with ``resume_label`` (the mix's source).
         """
         bind_to_trainer()
         freeze_inherited()
         layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
-            self._log_resume(layout.view(epoch, stream), stream, epoch, position)
+            self._log_resume(layout.view(epoch, stream), stream, epoch, position, resume_label)
         slot = torch.zeros(4, dtype=torch.int64)  # private: the epoch table stays untouched
         return self._generate_batches(
             StreamRun(layout, stream, role, num_workers, epoch, position, slot),
