@@ -219,7 +219,7 @@ def parse_features(text: str, flag: str) -> dict[str, str | None]:
 
 def _feature_map(value: Any, flag: str, example: str) -> dict[str, str | None]:
     bad = not isinstance(value, dict) or any(
-        not isinstance(v, str | type(None)) or not v for v in value.values()
+        v is not None and (not isinstance(v, str) or not v) for v in value.values()
     )
     if bad:
         raise TrainSetupError(

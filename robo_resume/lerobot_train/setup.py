@@ -417,7 +417,8 @@ def refusal(
     if not diff:
         diff = [k for k in _DIFFERS if f"different '{k}'" in str(exc)]
     what = []
-    for key in [k for k in diff if not ("episodes" in diff and k in ("plan", "total_frames"))]:
+    causes = {"episodes", "order", "interleave", "shuffle_frames"} & set(diff)
+    for key in [k for k in diff if not (causes and k in ("plan", "total_frames"))]:
         text = _DIFFERS.get(key, f"another {key}")
         if text not in what:
             what.append(text)
@@ -425,20 +426,18 @@ def refusal(
         head = f"the same dataset with {' and '.join(what)}"
     else:
         head = " and ".join(what) or "other data or data options"
-    return (
-        describe(
-            f"Cannot resume: the checkpoint {resume_dir} holds the data state of a run on {head}",
-            expected="this run's dataset, episodes, seed and --stream.* / --mix.* options, as the "
-            "checkpoint saved them",
-            found=f"this run vs the checkpoint: {words}" if words else None,
-            fix="resume with the checkpoint's values (its pretrained_model/train_config.json holds "
-            "--dataset.*, --seed and the rest, training_state/robo_resume/options.json the "
-            "--stream.* and --mix.* values, used when no such flag is given), or start a new run "
-            "with a new --output_dir; or pass --data.resume_strict=false to resume anyway, "
-            "accepting that frames may be replayed or lost",
-        )
-        + f" The data state's own check: {cli_advice(str(exc))}"
-    )
+    return describe(
+        f"Cannot resume: the checkpoint {resume_dir} holds the data state of a run on {head}",
+        expected="this run's dataset, episodes, seed and --stream.* / --mix.* options, as the "
+        "checkpoint saved them",
+        found=f"this run vs the checkpoint: {words}" if words else None,
+        fix="resume with the checkpoint's values (its pretrained_model/train_config.json holds "
+        "--dataset.*, --seed and the rest; its --stream.* and --mix.* values are in "
+        "training_state/robo_resume/options.json, used when no --stream.* flag is given), or "
+        "start a new run "
+        "with a new --output_dir; or pass --data.resume_strict=false to resume anyway, "
+        "accepting that frames may be replayed or lost",
+    ) + ("" if words else f" The data state's own check: {cli_advice(str(exc))}")
 
 
 def check_files_at_start(dataset: Any) -> None:
