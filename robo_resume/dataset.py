@@ -489,6 +489,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         *,
         image_dtype: str | None = None,
         log_resume: bool = False,
+        resume_label: str = "",
     ) -> Iterator[dict[str, Any]]:
         """Batches of stream ``role`` of this rank (``num_workers`` workers) from a position.
 
@@ -497,14 +498,17 @@ class ChunkedEpisodeDataset(IterableDataset):
         touching the epoch table: the epoch ends the iterator in epoch mode, epochs follow each
         other in infinite mode; epochs are those of :meth:`layout` (a remainder epoch after an
         elastic resume). Used by :class:`robo_resume.mix.MixedDataset`, which decides itself
-        where each source's streams stand. ``log_resume`` logs the stream's ``resume:`` line.
+        where each source's streams stand. ``log_resume`` logs the stream's ``resume:`` line,
+        ending with ``resume_label`` (the mix's source).
         """
         bind_to_trainer()
         freeze_inherited()
         layout = self.layout(num_workers)  # the remainder epoch after an elastic resume
         stream = Topology(self.world_size, num_workers).stream_id(self.rank, role)
         if log_resume:
-            self.positions.log_resume(layout.view(epoch, stream), stream, epoch, position)
+            self.positions.log_resume(
+                layout.view(epoch, stream), stream, epoch, position, resume_label
+            )
         row = EpochTable(1, shared=False).worker(0)  # private: the epoch table stays untouched
         live = dict(self._live)  # the mix keeps its own state
         return self.reader.batches(

@@ -241,7 +241,7 @@ def data_state_of_another_dataset_is_refused(data, ref: Path, zygote: Zygote) ->
         zygote=zygote,
     )  # fmt: skip
     assert code == 2, text[-3000:]
-    assert "holds the data state of another run's data" in text
+    assert "holds the data state of a run on another dataset" in text
     assert "Traceback" not in text
 
 
@@ -450,6 +450,8 @@ def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     _, text = train([*resumed, "--steps=8", f"--output_dir={run}", *resume_args(run)],
                     base / "mixrun.idx", zygote=zygotes[1])  # fmt: skip
     assert "mix of 2 datasets" in text and "Resuming from" in text
+    # each source's stream says where it resumes, naming the source
+    assert f"source=0 ({a})" in text and f"source=1 ({b})" in text, text[-3000:]
     code, text = audit(run, zygote=zygotes[0])
     assert code == 2 and "robo-resume audit does not audit --mix.* runs yet" in text, text
     assert "a mix of 2 sources" in text and "ROBO_RESUME_TRAIN_INDEX_LOG=PATH" in text
@@ -517,3 +519,121 @@ def test_bad_invocations_get_clear_errors(tmp_path, capsys):
     text = capsys.readouterr().err
     assert exit_.value.code not in (0, None) and "no_such_flag" in text, text[-2000:]
     assert sys.argv == argv
+
+
+def run_args(root: Path, out: Path, *extra: str, steps: int = 2) -> list[str]:
+    """A tiny ACT run on ``root`` into ``out`` (one worker-less stream, a checkpoint at the end)."""
+    return [*TINY_ACT, "--dataset.repo_id=local/x", f"--dataset.root={root}", "--batch_size=4",
+            "--num_workers=0", "--seed=5", f"--steps={steps}", f"--save_freq={steps}",
+            f"--output_dir={out}", *extra]  # fmt: skip
+
+
+@pytest.mark.slow(40)
+def test_missing_file_refused_before_step_1_then_readable_skip_and_resume_flags(data, zygotes):
+    """A dataset copy without one episode's mp4: refused before step 1, naming the file and the
+    flags; --dataset.episodes=readable and --data.on_error=skip train; a resume with other
+    episodes is refused saying so, and --data.resume_strict=false resumes with the risk told."""
+    from robo_resume.format.metadata import load_metadata
+
+    base = data[0]
+    root = make_dataset(
+        base / "holes", episode_lengths=(10, 12, 8), num_cameras=1, episodes_per_file=1
+    ).root
+    ep1 = load_metadata(root).episode(1)
+    (missing,) = (ref.path for ref in ep1.videos.values())
+    (root / missing).unlink()
+    lost = set(range(10, 22))  # episode 1's index values
+    code, text = train(run_args(root, base / "h0"), ok=False, zygote=zygotes[0])
+    assert code == 2, text[-3000:]
+    assert f"missing {missing} (episode 1)" in text, text[-3000:]
+    assert "--dataset.episodes=readable" in text and "--data.on_error=skip" in text
+    assert " step:1 " not in text and "Traceback" not in text
+    # readable: the two other episodes, kept in train_config.json for the resume
+    _, text = train(run_args(root, base / "h1", "--dataset.episodes=readable"),
+                    base / "h1.idx", zygote=zygotes[1])  # fmt: skip
+    cfg = json.loads((ckpt(base / "h1", 2) / "pretrained_model/train_config.json").read_text())
+    assert cfg["dataset"]["episodes"] == [0, 2]
+    assert not lost & {i for _, idx in steps_of(base / "h1.idx") for i in idx}
+    # skip: the missing file's chunks are skipped as they are read, each logged
+    _, text = train(run_args(root, base / "h2", "--data.on_error=skip", steps=8),
+                    base / "h2.idx", zygote=zygotes[0])  # fmt: skip
+    assert f"skipping the frames of {root / missing} (episode 1" in text, text[-3000:]
+    seen = {i for _, idx in steps_of(base / "h2.idx") for i in idx}
+    assert not lost & seen and seen == set(range(30)) - lost
+    # a resume with other episodes: refused, saying what differs (not "another run's data")
+    resume = ["--steps=3", *resume_args(base / "h1")]
+    code, text = train([*run_args(root, base / "h1", "--dataset.episodes=[0]"), *resume],
+                       ok=False, zygote=zygotes[1])  # fmt: skip
+    assert code == 2, text[-3000:]
+    assert "holds the data state of a run on the same dataset with other episodes" in text
+    assert "this run vs the checkpoint: episodes 0 vs 0,2" in text
+    assert "--data.resume_strict=false" in text and "resume_strict=False" not in text
+    lax = run_args(root, base / "h1", "--dataset.episodes=[0]", "--data.resume_strict=false")
+    _, text = train([*lax, *resume], zygote=zygotes[0])
+    assert "--data.resume_strict=false: the checkpoint's data state is used even" in text
+    assert "frames can be trained on twice or never" in text
+    assert "resume state check disabled" in text and "at step 2" in text
+
+
+OPEN50 = Path("/work/shared/datasets/open50")
+
+
+@pytest.mark.slow(30)
+@pytest.mark.skipif(not (OPEN50 / "meta").is_dir(), reason="needs the open50 copy")
+def test_dataset_with_other_key_names_gets_the_rename_flag_which_trains(tmp_path, zygotes):
+    """open50 (keys actions, state, image; 7 mp4s missing): a clear error before the policy is
+    built, suggesting --data.features; the suggested flag with --dataset.episodes=readable
+    trains (a real dataset, 480x640 video)."""
+    import re
+
+    args = [*TINY_ACT, "--dataset.repo_id=local/open50", f"--dataset.root={OPEN50}",
+            "--batch_size=2", "--num_workers=0", "--steps=1", "--save_freq=1"]  # fmt: skip
+    code, text = train([*args, f"--output_dir={tmp_path / 'a'}"], ok=False, zygote=zygotes[0])
+    assert code == 2, text[-3000:]
+    assert "The dataset has no feature named 'action', the policy's output" in text
+    assert "Found features ['actions', 'state', 'image']" in text
+    assert "AttributeError" not in text and "Traceback" not in text
+    flag = re.search(r"--data\.features='(\{[^']*\})'", text)
+    assert flag is not None, text[-3000:]
+    assert json.loads(flag.group(1)) == {
+        "actions": "action",
+        "state": "observation.state",
+        "image": "observation.images.image",
+    }
+    _, text = train([*args, f"--data.features={flag.group(1)}", "--dataset.episodes=readable",
+                     f"--output_dir={tmp_path / 'b'}"], zygote=zygotes[1])  # fmt: skip
+    assert " step:1 " in text and "dataset.num_episodes=43" in text
+
+
+@pytest.mark.slow(15)
+def test_mix_features_map_a_source_and_help_lists_the_flags(data, zygotes):
+    """A mix whose second source has a camera more: the mismatch error suggests --mix.features;
+    dropping the camera with it trains. --help starts with robo_resume's flags."""
+    base, a, _, _ = data
+    d = make_dataset(base / "d", episode_lengths=(20, 14), num_cameras=2, height=48, width=64)
+    args = [*TINY_ACT, "--dataset.repo_id=local/mix", f"--mix.roots={a},{d.root}",
+            "--batch_size=4", "--num_workers=0", "--steps=2", "--save_freq=2"]  # fmt: skip
+    code, text = train([*args, f"--output_dir={base / 'mf0'}"], ok=False, zygote=zygotes[0])
+    assert code == 2, text[-3000:]
+    assert "does not have the mix's features" in text
+    assert "extra ['observation.images.cam1']" in text
+    assert "--mix.features='[{}, {" in text and "MixSource(" not in text, text[-3000:]
+    drop = '--mix.features=[{}, {"observation.images.cam1": null}]'
+    _, text = train([*args, drop, f"--output_dir={base / 'mf1'}"], zygote=zygotes[1])
+    options = json.loads((ckpt(base / "mf1", 2) / "training_state/robo_resume/options.json")
+                         .read_text())  # fmt: skip
+    assert options["mix"]["features"] == [{}, {"observation.images.cam1": None}]
+    _, text = train(["--help"], zygote=zygotes[0])
+    own = text.index("lerobot-train's flags:")
+    for flag in (
+        "--data.on_error",
+        "--data.features",
+        "--data.resume_strict",
+        "RISK",
+        "--dataset.episodes",
+        "--mix.features",
+        "--stream.order",
+        "What is exact",
+    ):
+        assert flag in text[:own], flag  # fmt: skip
+    assert text.index("usage: robo-resume train") > own

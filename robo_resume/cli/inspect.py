@@ -97,7 +97,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if missing or unreadable:
         lines.append(
             f"  readable episodes: {len(check.readable)} of {meta.num_episodes} "
-            "(select them with --episodes readable, or episodes=readable_episodes(root))"
+            "(select them with --episodes readable; robo-resume train: "
+            "--dataset.episodes=readable; Python: episodes=readable_episodes(root))"
         )
     _emit(args, report, "\n".join(lines))
     return FAILED if (missing or unreadable) else OK

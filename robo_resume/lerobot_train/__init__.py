@@ -41,6 +41,9 @@ What it replaces:
    existing ``--output_dir`` that holds no complete checkpoint (a run killed during its first
    save) is accepted, where lerobot would refuse any existing directory; resuming such a run
    says there is no checkpoint yet and to start it fresh.
+6. **A per-step record.** Each checkpoint also holds, per step and rank, the stream positions
+   the step consumed (:mod:`.record`), continued by every resume; ``robo-resume audit
+   OUTPUT_DIR`` (:mod:`.audit`) proves from it that every frame was trained exactly once.
 
 Flags of its own (everything else is lerobot-train's):
 
@@ -58,16 +61,23 @@ Flags of its own (everything else is lerobot-train's):
   training quality. A checkpoint keeps its run's values and resumes with them, no flags needed
   (one written before ``--stream.order`` existed: the interleave order it was saved with).
 
-5. **A per-step record.** Each checkpoint also holds, per step and rank, the stream positions
-   the step consumed (:mod:`.record`), continued by every resume; ``robo-resume audit
-   OUTPUT_DIR`` (:mod:`.audit`) proves from it that every frame was trained exactly once.
+- ``--data.on_error=raise|skip``, ``--data.resume_strict=true|false``, ``--data.features=JSON``
+  (renames and drops of a dataset's keys; ``--mix.features`` per source in a mix) and
+  ``--dataset.episodes`` (read first: it also takes ranges, slice strings and ``readable``):
+  the library's data options (:mod:`.data_flags`). A file check before step 1 refuses missing
+  files unless ``readable`` or ``skip`` was asked for, the feature names are checked against
+  the policy's before it is built (:mod:`.features`), and the errors shown suggest these
+  flags, not the library's Python keywords (:func:`~.data_flags.cli_advice`).
+  ``--help`` prints these flags first (:mod:`.help`), then lerobot's.
 
 Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
-file names, checks made before lerobot is imported), :mod:`.lock` (the output directory's
-lock), :mod:`.record` (the per-step record), :mod:`.checkpoints` (robo_resume's files in a
-checkpoint, RNG states, the atomic write, what interrupted saves leave), :mod:`.setup`
-(everything built before the loop), :mod:`.pipeline` (the loop), and :mod:`.audit` (the audit
-of a run's checkpoint, no lerobot needed). lerobot is imported inside functions only: the rest
+file names, checks made before lerobot is imported), :mod:`.data_flags` and :mod:`.features`
+(the ``--data.*`` flags, feature names), :mod:`.help` (``--help``), :mod:`.lock` (the output
+directory's lock), :mod:`.record` (the per-step record), :mod:`.checkpoints` (robo_resume's
+files in a checkpoint, RNG states, the atomic write, what interrupted saves leave),
+:mod:`.setup` (everything built before the loop), :mod:`.pipeline` (the loop), and
+:mod:`.audit` (the audit of a run's checkpoint, no lerobot needed). lerobot is imported inside
+functions only: the rest
 of robo_resume never needs it.
 
 For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and
@@ -82,6 +92,8 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import RoboResumeError
+from .data_flags import DataOptions, cli_advice, split_data_args
+from .help import own_help
 from .options import (
     MixOptions,
     StreamOptions,
@@ -94,11 +106,13 @@ from .options import (
 from .pipeline import train
 
 __all__ = [
+    "DataOptions",
     "MixOptions",
     "StreamOptions",
     "TrainSetupError",
     "main",
     "split_args",
+    "split_data_args",
     "split_stream_args",
     "train",
 ]
@@ -108,8 +122,12 @@ __all__ = [
 def main(argv: Sequence[str] | None = None) -> int:
     """``robo-resume train ARGS``: returns the exit code (0 done, 2 a setup or input error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    asks_help = any(a in ("-h", "--help") for a in argv)
+    if asks_help:
+        print(own_help(), flush=True)
     try:
         stream, rest = split_stream_args(argv)
+        data, rest = split_data_args(rest)
         mix, lerobot_args = split_args(rest)
         check_config_path(lerobot_args)
         require_lerobot()
@@ -125,16 +143,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     del lerobot_train
 
     def run(cfg):
-        return train(cfg, mix, stream)
+        return train(cfg, mix, stream, data)
 
     run.__annotations__ = {"cfg": TrainPipelineConfig}  # what lerobot's parser dispatches on
     saved_argv = sys.argv
     sys.argv = ["robo-resume train", *lerobot_args]  # lerobot's parser reads sys.argv
     try:
         parser.wrap()(run)()
+    except SystemExit as exc:
+        if asks_help and exc.code in (0, None):
+            return 0
+        raise
     except RoboResumeError as exc:
         logging.getLogger(__name__).debug("setup error", exc_info=True)
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {cli_advice(str(exc))}", file=sys.stderr)
         return 2
     finally:
         sys.argv = saved_argv

@@ -4,6 +4,7 @@ and checks made before lerobot is imported (a missing ``--config_path``, lerobot
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,17 @@ class MixOptions:
         roots: dataset folders, one per source.
         repo_ids: Hub ids, one per source (instead of, or beside, ``roots``).
         weights: one positive weight per source (default: all 1).
+        features: ``--mix.features``, one feature mapping per source (``{key in the source:
+            name in the mix}``, None drops the feature; empty: keep the names), or empty.
+        episodes: the episodes of each source, resolved from ``--dataset.episodes=readable``
+            (None: all), or empty.
     """
 
     roots: tuple[str, ...] = ()
     repo_ids: tuple[str, ...] = ()
     weights: tuple[float, ...] = ()
+    features: tuple[dict[str, str | None], ...] = ()
+    episodes: tuple[list[int] | None, ...] = ()
 
     def __post_init__(self) -> None:
         n = max(len(self.roots), len(self.repo_ids))
@@ -68,6 +75,15 @@ class MixOptions:
                     fix="e.g. --mix.weights=1,3 for two sources",
                 )
             )
+        if self.features and len(self.features) != n:
+            raise TrainSetupError(
+                describe(
+                    "--mix.features needs one mapping per source",
+                    expected=f"a JSON list of {n} objects",
+                    found=len(self.features),
+                    fix='e.g. --mix.features=\'[{"actions": "action"}, {}]\' for two sources',
+                )
+            )
         if self.weights and not self.roots and not self.repo_ids:
             raise TrainSetupError(
                 describe(
@@ -82,13 +98,15 @@ class MixOptions:
         return bool(self.roots or self.repo_ids)
 
     def sources(self) -> list[dict[str, Any]]:
-        """One ``{"root", "repo_id", "weight"}`` per source."""
+        """One ``{"root", "repo_id", "weight", "features", "episodes"}`` per source."""
         n = max(len(self.roots), len(self.repo_ids))
         return [
             {
                 "root": self.roots[i] if self.roots else None,
                 "repo_id": self.repo_ids[i] if self.repo_ids else None,
                 "weight": float(self.weights[i]) if self.weights else 1.0,
+                "features": dict(self.features[i]) if self.features else {},
+                "episodes": self.episodes[i] if self.episodes else None,
             }
             for i in range(n)
         ]
@@ -99,6 +117,8 @@ class MixOptions:
             "roots": list(self.roots),
             "repo_ids": list(self.repo_ids),
             "weights": list(self.weights),
+            "features": [dict(f) for f in self.features],
+            "episodes": list(self.episodes),
         }
 
     @classmethod
@@ -108,15 +128,18 @@ class MixOptions:
             roots=tuple(data.get("roots") or ()),
             repo_ids=tuple(data.get("repo_ids") or ()),
             weights=tuple(float(w) for w in data.get("weights") or ()),
+            features=tuple(dict(f or {}) for f in data.get("features") or ()),
+            episodes=tuple(data.get("episodes") or ()),
         )
 
 
-def _own_flags(
-    argv: Sequence[str], prefix: str, names: tuple[str, ...]
+def own_flags(
+    argv: Sequence[str], prefix: str, names: tuple[str, ...], *, only: bool = False
 ) -> tuple[dict[str, str], list[str]]:
     """The flags ``PREFIX NAME=VALUE`` (or ``PREFIX NAME VALUE``) of ``argv`` as ``{NAME:
-    VALUE}``, and the other arguments in order; a name not in ``names`` or a missing value is
-    refused (:class:`TrainSetupError`)."""
+    VALUE}``, and the other arguments in order; a missing value is refused
+    (:class:`TrainSetupError`), and so is a name not in ``names`` unless ``only`` (then such
+    flags are another parser's, e.g. lerobot's ``--dataset.*``, and stay in the rest)."""
     own: dict[str, str] = {}
     rest: list[str] = []
     args = list(argv)
@@ -125,6 +148,10 @@ def _own_flags(
         a = args[i]
         if a.startswith(prefix):
             name, eq, value = a[len(prefix) :].partition("=")
+            if only and name not in names:
+                rest.append(a)
+                i += 1
+                continue
             if not eq:
                 if i + 1 >= len(args):
                     raise TrainSetupError(describe(f"{a} needs a value", fix=f"{a}=VALUE"))
@@ -148,9 +175,10 @@ def _own_flags(
 
 def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
     """Split ``argv`` into the ``--mix.*`` flags (None if absent) and lerobot-train's flags."""
-    own, rest = _own_flags(argv, _OWN_PREFIX, ("roots", "repo_ids", "weights"))
+    own, rest = own_flags(argv, _OWN_PREFIX, ("roots", "repo_ids", "weights", "features"))
     if not own:
         return None, rest
+    features_text = own.pop("features", None)
     items = {k: tuple(x.strip() for x in v.split(",") if x.strip()) for k, v in own.items()}
     try:
         weights = tuple(float(w) for w in items.get("weights", ()))
@@ -164,7 +192,74 @@ def split_args(argv: Sequence[str]) -> tuple[MixOptions | None, list[str]]:
                 "--mix.weights must be positive", found=own["weights"], fix="--mix.weights=1,3"
             )
         )
-    return MixOptions(items.get("roots", ()), items.get("repo_ids", ()), weights), rest
+    features: tuple[dict[str, str | None], ...] = ()
+    if features_text is not None:
+        n = max(len(items.get("roots", ())), len(items.get("repo_ids", ())))
+        features = parse_mix_features(features_text, n)
+    return MixOptions(items.get("roots", ()), items.get("repo_ids", ()), weights, features), rest
+
+
+def parse_features(text: str, flag: str) -> dict[str, str | None]:
+    """A JSON object of feature renames (``{"old": "new"}``, ``{"old": null}`` drops), checked;
+    ``flag`` names the flag in messages."""
+    example = '\'{"actions": "action", "state": "observation.state"}\''
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TrainSetupError(
+            describe(
+                f"{flag} is not valid JSON",
+                expected='a JSON object {"key in the dataset": "new name" or null}',
+                found=f"{text!r} ({exc.msg} at character {exc.pos})",
+                fix=f"{flag}={example} (single quotes around it in a shell)",
+            )
+        ) from None
+    return _feature_map(value, flag, example)
+
+
+def _feature_map(value: Any, flag: str, example: str) -> dict[str, str | None]:
+    bad = not isinstance(value, dict) or any(
+        v is not None and (not isinstance(v, str) or not v) for v in value.values()
+    )
+    if bad:
+        raise TrainSetupError(
+            describe(
+                f"{flag} maps feature keys to new names",
+                expected='a JSON object {"key in the dataset": "new name" or null (drop)}',
+                found=json.dumps(value)[:160],
+                fix=f"{flag}={example}",
+            )
+        )
+    return dict(value)
+
+
+def parse_mix_features(text: str, sources: int) -> tuple[dict[str, str | None], ...]:
+    """``--mix.features``: a JSON list with one feature mapping (or null) per source."""
+    flag = "--mix.features"
+    example = '\'[{"actions": "action"}, {}]\''
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TrainSetupError(
+            describe(
+                f"{flag} is not valid JSON",
+                expected="a JSON list with one object per source, in --mix.roots order",
+                found=f"{text!r} ({exc.msg} at character {exc.pos})",
+                fix=f"{flag}={example} (single quotes around it in a shell)",
+            )
+        ) from None
+    if not isinstance(value, list) or len(value) != sources:
+        raise TrainSetupError(
+            describe(
+                f"{flag} needs one mapping per source",
+                expected=f"a JSON list of {sources} objects (null or {{}}: keep the names)",
+                found=json.dumps(value)[:160],
+                fix=f"{flag}={example} for two sources",
+            )
+        )
+    return tuple(
+        _feature_map(v or {}, f"{flag} (source {i})", example) for i, v in enumerate(value)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +324,7 @@ class StreamOptions:
 
 def split_stream_args(argv: Sequence[str]) -> tuple[StreamOptions | None, list[str]]:
     """Split ``argv`` into the ``--stream.*`` flags (None if absent) and the other flags."""
-    own, rest = _own_flags(argv, _STREAM_PREFIX, _STREAM_FLAGS)
+    own, rest = own_flags(argv, _STREAM_PREFIX, _STREAM_FLAGS)
     if not own:
         return None, rest
     own = {k: v.strip() for k, v in own.items()}

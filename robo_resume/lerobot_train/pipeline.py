@@ -14,6 +14,7 @@ import torch
 
 from ..keys import CURSOR_KEY
 from .checkpoints import gather_rng, read_saved, remove_leftovers, restore_rng, save_atomic
+from .data_flags import DataOptions
 from .lock import RunLock
 from .options import (
     DATA_DIR,
@@ -28,6 +29,7 @@ from .record import RunHeader, StepRecord
 from .setup import (
     build_dataset,
     camera_keys,
+    check_files_at_start,
     counts,
     eval_loader,
     eval_split,
@@ -35,6 +37,7 @@ from .setup import (
     log_indices,
     policy_metadata,
     processors,
+    resolve_data,
     resolve_mix,
     validate,
     worker_logging,
@@ -42,9 +45,15 @@ from .setup import (
 
 
 # -- the pipeline ----------------------------------------------------------------------------
-def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None = None) -> None:
+def train(
+    cfg: Any,
+    mix: MixOptions | None = None,
+    stream: StreamOptions | None = None,
+    data: DataOptions | None = None,
+) -> None:
     """Run lerobot's training pipeline for ``cfg`` with robo_resume's data path (see module);
-    ``mix`` and ``stream``: the ``--mix.*`` and ``--stream.*`` flags (None: not given)."""
+    ``mix``, ``stream`` and ``data``: the ``--mix.*``, ``--stream.*`` and ``--data.*`` flags
+    (None: not given)."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
     from lerobot.common.train_utils import (
@@ -86,13 +95,15 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
     resume_dir = Path(cfg.checkpoint_path) if cfg.resume else None
     saved = read_saved(resume_dir) if resume_dir is not None else {}
     mix = resolve_mix(mix, saved.get("options"))
+    data = data or DataOptions()
+    mix = resolve_data(cfg, mix, data, log if main_process else None)
     if main_process and mix is not None:
         logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
     tuning = resolve_stream(stream, saved.get("options"), cfg.batch_size)
     if main_process:
         logging.info(stream_line(tuning))
 
-    meta = policy_metadata(cfg, mix)
+    meta = policy_metadata(cfg, mix, data)
     policy = make_policy(cfg=cfg.policy, ds_meta=meta, rename_map=cfg.rename_map)
     if cfg.peft is not None:
         from lerobot.utils.import_utils import require_package
@@ -126,8 +137,10 @@ def train(cfg: Any, mix: MixOptions | None = None, stream: StreamOptions | None 
             f"(eval_split={cfg.dataset.eval_split})"
         )
     dataset, data_note = build_dataset(
-        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes, tuning
+        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes, tuning, data
     )
+    if data.on_error == "raise":
+        check_files_at_start(dataset)  # a missing file: refused now, not at step 2 in a worker
     if main_process:
         if data_note:
             log.warning(data_note)

@@ -3,6 +3,7 @@ metadata (stats over a mix), processors, the robo_resume dataset, lerobot's eval
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -13,13 +14,19 @@ from typing import Any
 import torch
 
 from ..dataset import ChunkedEpisodeDataset
-from ..errors import ResumeStateError, describe
+from ..errors import ResumeStateError, describe, format_ranges
+from ..files import check_files
 from ..format.metadata import load_metadata
 from ..hub import resolve_dataset
+from ..items.names import renamed
 from ..mix import MixedDataset, MixSource
 from ..reader import LeRobotReader
+from ..state.fingerprint import ABOUT, _in_words
+from ..state.resume import ResumeState
 from ..stream.tuning import StreamTuning
 from .checkpoints import fresh_start
+from .data_flags import DataOptions, cli_advice, renamed_features, resolve_episodes
+from .features import apply_mapping, check_mapping, check_policy_features
 from .options import MixOptions, TrainSetupError
 
 
@@ -75,6 +82,14 @@ def validate(cfg: Any, mix: MixOptions | None = None) -> None:
                 "hold episodes out per source (a seeded split, robo_resume.splits) instead",
             )
         )
+    if mix is not None and getattr(cfg.dataset, "episodes", None):
+        refuse.append(
+            (
+                "--dataset.episodes=[...] with --mix.*",
+                "a mix trains every episode of each source: drop --dataset.episodes, or pass "
+                "--dataset.episodes=readable (each source's readable episodes)",
+            )
+        )
     if getattr(cfg, "env", None) is not None and getattr(cfg, "env_eval_freq", 0) > 0:
         refuse.append(("--env.*", "evaluate the checkpoints with lerobot-eval"))
     if getattr(cfg, "sample_weighting", None) is not None:
@@ -97,8 +112,79 @@ def resolve_mix(flags: MixOptions | None, saved: dict[str, Any] | None) -> MixOp
     return flags if flags.enabled else None
 
 
-def policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
-    """lerobot's ``LeRobotDatasetMetadata`` the policy is built from (stats over a mix)."""
+RESUME_STRICT_RISK = (
+    "--data.resume_strict=false: the checkpoint's data state is used even where it was saved "
+    "for another dataset, other episodes, another seed or other --stream.* options; its "
+    "cursors then point into other data, so frames can be trained on twice or never, "
+    "silently (each difference found is logged below)"
+)
+
+
+def resolve_data(
+    cfg: Any, mix: MixOptions | None, data: DataOptions, log: logging.Logger | None
+) -> MixOptions | None:
+    """Apply the ``--data.*`` flags that change the config or the mix: a ``--dataset.episodes``
+    of ``readable`` or a slice string resolved to indices (into ``cfg.dataset.episodes``,
+    which ``train_config.json`` keeps for the resume; in a mix, ``readable`` per source into
+    the mix options, which the checkpoint keeps), and the ``--data.resume_strict=false``
+    warning (``log``: None on the other ranks). Returns the mix options."""
+    if mix is not None and data.features:
+        raise TrainSetupError(
+            describe(
+                "--data.features renames the features of one dataset, and this is a mix",
+                found=f"--data.features with {len(mix.sources())} sources",
+                fix="give one mapping per source with --mix.features='[{...}, {...}]' (in "
+                "--mix.roots order)",
+            )
+        )
+    if not data.resume_strict and log is not None:
+        log.warning(
+            RESUME_STRICT_RISK
+            if cfg.resume
+            else "--data.resume_strict=false has no effect "
+            "on a new run (it only applies to --resume=true)"
+        )
+    if data.episodes is None:
+        return mix
+    if mix is None:
+        chosen = resolve_episodes(data, cfg.dataset.root, cfg.dataset.repo_id, cfg.dataset.revision)
+        cfg.dataset.episodes = chosen
+        if log is not None:
+            log.info(
+                "--dataset.episodes=%s: %d episodes (%s)",
+                data.episodes,
+                len(chosen),
+                format_ranges(chosen, limit=120),
+            )
+        return None
+    if not data.readable:
+        raise TrainSetupError(
+            describe(
+                f"--dataset.episodes={data.episodes} with --mix.*",
+                expected="--dataset.episodes=readable (each source's readable episodes), or no "
+                "--dataset.episodes (every episode of each source)",
+                found=data.episodes,
+                fix="--dataset.episodes=readable, or drop --dataset.episodes",
+            )
+        )
+    episodes = []
+    for s in mix.sources():
+        chosen = resolve_episodes(data, s["root"], s["repo_id"], None)
+        episodes.append(chosen)
+        if log is not None:
+            log.info(
+                "--dataset.episodes=readable: %d episodes of %s (%s)",
+                len(chosen),
+                s["root"] or s["repo_id"],
+                format_ranges(chosen, limit=120),
+            )
+    return dataclasses.replace(mix, episodes=tuple(episodes))
+
+
+def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None = None) -> Any:
+    """lerobot's ``LeRobotDatasetMetadata`` the policy is built from (stats over a mix), its
+    features renamed by ``--data.features`` (or the first source's ``--mix.features``) and
+    checked against what the policy reads (:func:`~.features.check_policy_features`)."""
     from lerobot.datasets import LeRobotDatasetMetadata
     from lerobot.utils.constants import IMAGENET_STATS
 
@@ -131,6 +217,16 @@ def policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
                 fix="check --dataset.repo_id and --dataset.root (a folder holding meta/info.json)",
             )
         ) from exc
+    if mix is not None:
+        sources = mix.sources()
+        mapping, flag = sources[0]["features"], "--mix.features"
+        others = [s["features"] for s in sources[1:]]
+    else:
+        mapping, flag, others = (data.features if data else None) or {}, "--data.features", None
+    original = dict(meta.features)
+    check_mapping(original, mapping, flag, cfg.dataset.root)
+    apply_mapping(meta, mapping)
+    check_policy_features(cfg, meta, mapping, original, flag, others)
     if mix is not None and len(mix.sources()) > 1:
         from lerobot.datasets.compute_stats import aggregate_stats
 
@@ -140,7 +236,7 @@ def policy_metadata(cfg: Any, mix: MixOptions | None) -> Any:
                 other = load_metadata(s["root"])
             else:
                 other = resolve_dataset(s["repo_id"], root=s["root"])[1]
-            stats.append(stats_arrays(other.stats))
+            stats.append(stats_arrays(renamed_features(other.stats, s["features"])))
         meta.stats = aggregate_stats(stats)
     if cfg.dataset.use_imagenet_stats:
         depth = set(getattr(meta, "depth_keys", ()) or ())
@@ -212,13 +308,18 @@ def build_dataset(
     resume_dir: Path | None,
     episodes: list[int] | None = None,
     tuning: dict[str, Any] | None = None,
+    data: DataOptions | None = None,
 ) -> tuple[Any, str | None]:
     """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact.
 
     ``tuning``: ``StreamTuning`` keyword arguments (:func:`~robo_resume.lerobot_train.options.
-    resolve_stream`; None: the library's defaults)."""
+    resolve_stream`; None: the library's defaults). ``data``: the ``--data.*`` flags (on_error,
+    resume_strict, features; None: the defaults). A checkpoint whose data state does not fit
+    is refused with a :class:`~robo_resume.errors.ResumeStateError` that says what differs
+    (:func:`refusal`)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
+    data = data or DataOptions()
     delta = resolve_delta_timestamps(cfg.trainable_config, meta)
     common: dict[str, Any] = {
         "batch_size": cfg.batch_size,
@@ -227,6 +328,7 @@ def build_dataset(
         "image_transforms": image_transforms(cfg),
         "image_dtype": "uint8",  # lerobot's trainer: return_uint8=True, converted per batch
         "tuning": StreamTuning(**tuning) if tuning else None,
+        "on_error": data.on_error,
     }
     note = None
     if resume_dir is not None and state is None:
@@ -238,32 +340,141 @@ def build_dataset(
             "again, and others only in the next epoch. Checkpoints written from now on resume "
             "the data exactly."
         )
+    if mix is None:
+        # built without the state, which is then checked: a refusal can say what differs
+        ds = ChunkedEpisodeDataset(
+            cfg.dataset.root,
+            repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
+            revision=cfg.dataset.revision,
+            episodes=episodes if episodes is not None else cfg.dataset.episodes,
+            features=data.features or None,
+            infinite=True,
+            **common,
+        )
+        try:
+            ds.use_resume_state(state, strict=data.resume_strict)
+        except ResumeStateError as exc:
+            raise ResumeStateError(refusal(exc, resume_dir, state, ds.fingerprint)) from exc
+        return ds, note
+    sources = [
+        MixSource(
+            root=s["root"],
+            repo_id=s["repo_id"],
+            weight=s["weight"],
+            features=s["features"] or None,
+            episodes=s["episodes"],
+        )
+        for s in mix.sources()
+    ]
     try:
-        if mix is None:
-            ds = ChunkedEpisodeDataset(
-                cfg.dataset.root,
-                repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
-                revision=cfg.dataset.revision,
-                episodes=episodes if episodes is not None else cfg.dataset.episodes,
-                infinite=True,
-                resume_state=state,
-                **common,
-            )
-        else:
-            sources = [
-                MixSource(root=s["root"], repo_id=s["repo_id"], weight=s["weight"])
-                for s in mix.sources()
-            ]
-            ds = MixedDataset(sources, exhausted="cycle", resume_state=state, **common)
+        ds = MixedDataset(
+            sources,
+            exhausted="cycle",
+            resume_state=state,
+            resume_strict=data.resume_strict,
+            **common,
+        )
     except ResumeStateError as exc:
-        raise ResumeStateError(
-            f"{exc}\nThe checkpoint {resume_dir} holds the data state of another run's data "
-            "(dataset, episodes, seed or data options differ, see above). Resume with that run's "
-            "dataset and options (its pretrained_model/train_config.json has them; its "
-            "--stream.* values are in training_state/robo_resume/options.json, and are used "
-            "when no --stream.* flag is given), or start a new run with a new --output_dir."
-        ) from exc
+        raise ResumeStateError(refusal(exc, resume_dir, None, None)) from exc
     return ds, note
+
+
+_DIFFERS = {
+    "dataset": "another dataset (--dataset.root / --dataset.repo_id)",
+    "total_frames": "other episodes (--dataset.episodes, --dataset.eval_split)",
+    "episodes": "other episodes (--dataset.episodes, --dataset.eval_split)",
+    "plan": "other chunks (they follow the episodes and the --stream.* order)",
+    "seed": "another --seed",
+    "order": "another --stream.order",
+    "shuffle_frames": "another --stream.shuffle_frames",
+    "interleave": "another --stream.interleave",
+    "interleave_order": "another --stream.interleave_order",
+    "weights": "other --mix.weights",
+    "sources": "other --mix.roots / --mix.repo_ids",
+    "keys": "other --mix.features",
+}
+
+
+def refusal(
+    exc: ResumeStateError,
+    resume_dir: Path | None,
+    state: dict[str, Any] | None,
+    fingerprint: dict[str, Any] | None,
+) -> str:
+    """The message of a refused resume under ``robo-resume train``: what differs between this
+    run and the checkpoint's (in words, from the fingerprints' readable ``about`` part when
+    ``state`` and ``fingerprint`` are given, else from the library's message), the library's
+    message with its advice as flags, and the fixes."""
+    diff: list[str] = []
+    words = ""
+    if state is not None and fingerprint is not None:
+        try:
+            saved = ResumeState.from_dict(state)
+        except ResumeStateError:
+            saved = None
+        if saved is not None:
+            expected = dict(fingerprint)
+            if saved.batch_size is not None:  # elastic: another batch size is fine
+                expected["batch_size"] = saved.batch_size
+            diff = saved.mismatches(expected)
+            words = _in_words(diff, expected, saved.fingerprint) if ABOUT in expected else ""
+    if not diff:
+        diff = [k for k in _DIFFERS if f"different '{k}'" in str(exc)]
+    what = []
+    causes = {"episodes", "order", "interleave", "shuffle_frames"} & set(diff)
+    for key in [k for k in diff if not (causes and k in ("plan", "total_frames"))]:
+        text = _DIFFERS.get(key, f"another {key}")
+        if text not in what:
+            what.append(text)
+    if "dataset" not in diff and diff:
+        head = f"the same dataset with {' and '.join(what)}"
+    else:
+        head = " and ".join(what) or "other data or data options"
+    return describe(
+        f"Cannot resume: the checkpoint {resume_dir} holds the data state of a run on {head}",
+        expected="this run's dataset, episodes, seed and --stream.* / --mix.* options, as the "
+        "checkpoint saved them",
+        found=f"this run vs the checkpoint: {words}" if words else None,
+        fix="resume with the checkpoint's values (its pretrained_model/train_config.json holds "
+        "--dataset.*, --seed and the rest; its --stream.* and --mix.* values are in "
+        "training_state/robo_resume/options.json, used when no --stream.* flag is given), or "
+        "start a new run "
+        "with a new --output_dir; or pass --data.resume_strict=false to resume anyway, "
+        "accepting that frames may be replayed or lost",
+    ) + ("" if words else f" The data state's own check: {cli_advice(str(exc))}")
+
+
+def check_files_at_start(dataset: Any) -> None:
+    """Before step 1: every file the selected episodes need exists and opens
+    (:func:`~robo_resume.files.check_files`, nothing decoded), else a :class:`TrainSetupError`
+    naming the files and the flags that train on anyway."""
+    parts = getattr(dataset, "datasets", None) or [dataset]
+    mixed = len(parts) > 1 or hasattr(dataset, "datasets")
+    for i, ds in enumerate(parts):
+        result = check_files(ds.meta, ds.episodes)
+        if not result.problems:
+            continue
+        listed = "; ".join(
+            f"{p.problem} {p.path} (episode{'s' if len(p.episodes) > 1 else ''} "
+            f"{format_ranges(p.episodes, limit=40)})"
+            for p in result.problems[:8]
+        )
+        more = len(result.problems) - 8
+        raise TrainSetupError(
+            describe(
+                f"{len(result.problems)} file(s) that the training episodes need are missing or "
+                f"unreadable" + (f" in source {i} of the mix" if mixed else ""),
+                expected="every data and video file that meta/ points to",
+                found=listed
+                + (f"; and {more} more" if more > 0 else "")
+                + f" ({result.summary()})",
+                file=ds.meta.root,
+                fix=f"train on the {len(result.readable)} readable episodes with "
+                "--dataset.episodes=readable, or skip the chunks of the failing files as they "
+                "are read with --data.on_error=skip (each skip is logged), or download the "
+                "missing files",
+            )
+        )
 
 
 def eval_split(cfg: Any, meta: Any) -> tuple[list[int] | None, list[int] | None]:
@@ -347,7 +558,9 @@ def camera_keys(dataset: Any) -> Sequence[str]:
     """Keys of the batch's uint8 images to convert to float (lerobot's ``camera_keys``: video
     and ``dtype: image`` features); a mix knows its own."""
     keys = getattr(dataset, "camera_keys", None)
-    return keys if keys is not None else dataset.meta.visual_keys
+    if keys is not None:
+        return keys
+    return renamed(dataset.meta.visual_keys, getattr(dataset, "renames", {}))
 
 
 def worker_logging(worker_id: int) -> None:

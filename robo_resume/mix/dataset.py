@@ -468,7 +468,12 @@ class MixedDataset(IterableDataset):
             it = gens.get(i)
             if it is None:
                 it = gens[i] = self.datasets[i].stream_batches(
-                    role, num_workers, *positions[i], image_dtype=image_dtype, log_resume=resumed
+                    role,
+                    num_workers,
+                    *positions[i],
+                    image_dtype=image_dtype,
+                    log_resume=resumed,
+                    resume_label=f" {self.source_name(i).replace('source ', 'source=', 1)}",
                 )
             batch = next(it, None)
             if batch is None:  # cannot happen when the arithmetic above is right

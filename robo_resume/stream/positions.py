@@ -516,19 +516,25 @@ class StreamPositions:
                 return max(frame, seg.start)
         return seg.stop
 
-    def log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
-        """Log the stream's one `resume:` line: where it continues (chunk, frame, episode)."""
+    def log_resume(
+        self, sched: Schedule, stream: int, epoch: int, position: int, label: str = ""
+    ) -> None:
+        """Log the stream's one `resume:` line: where it continues (chunk, frame, episode);
+        ``label`` ends the line (a mix names the source, `` source=1 (b)``)."""
         if position >= sched.frames_per_stream:
-            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
+            logger.info(
+                "resume: stream=%d epoch=%d chunk=- frame=- (epoch done)%s", stream, epoch, label
+            )
             return
         group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
         seg, frame = group.frame(offset)
         logger.info(
-            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
+            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)%s",
             stream,
             epoch,
             seg.chunk_id,
             frame,
             seg.episode_index,
             position,
+            label,
         )
