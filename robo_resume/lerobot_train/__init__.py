@@ -76,7 +76,6 @@ from .options import (
     split_args,
     split_stream_args,
 )
-from .pipeline import train
 
 __all__ = [
     "MixOptions",
@@ -87,6 +86,16 @@ __all__ = [
     "split_stream_args",
     "train",
 ]
+
+
+def __getattr__(name: str):
+    # the loop imports torch: loaded on first use, so that the flag parsing of .options serves
+    # `robo-resume plan` without torch
+    if name == "train":
+        from .pipeline import train
+
+        return train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- entry point ---------------------------------------------------------------------------------
@@ -105,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.scripts import lerobot_train  # registers the policy, env and optimizer configs
     from lerobot.utils.import_utils import register_third_party_plugins
+
+    from .pipeline import train
 
     register_third_party_plugins()
     del lerobot_train

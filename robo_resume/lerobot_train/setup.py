@@ -208,11 +208,16 @@ def build_dataset(
     resume_dir: Path | None,
     episodes: list[int] | None = None,
     tuning: dict[str, Any] | None = None,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> tuple[Any, str | None]:
     """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact.
 
     ``tuning``: ``StreamTuning`` keyword arguments (:func:`~robo_resume.lerobot_train.options.
-    resolve_stream`; None: the library's defaults)."""
+    resolve_stream`; None: the library's defaults). ``rank``, ``world_size``: the dataset's
+    place in the run (None: from ``torch.distributed``, as training does; ``robo-resume plan``
+    builds each rank's)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     delta = resolve_delta_timestamps(cfg.trainable_config, meta)
@@ -223,6 +228,8 @@ def build_dataset(
         "image_transforms": image_transforms(cfg),
         "image_dtype": "uint8",  # lerobot's trainer: return_uint8=True, converted per batch
         "tuning": StreamTuning(**tuning) if tuning else None,
+        "rank": rank,
+        "world_size": world_size,
     }
     note = None
     if resume_dir is not None and state is None:

@@ -25,7 +25,7 @@ from ..index.schedule import (
     Segment,
     Topology,
 )
-from ..index.start import StartPoint, resume_point, worker_batches_done
+from ..index.start import StartPoint, resume_at, resume_point, worker_batches_done
 from ..state.fingerprint import plan_of_state
 from ..state.resume import StreamCursor
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
@@ -364,17 +364,4 @@ class _Positions:
 
     def _log_resume(self, sched: Schedule, stream: int, epoch: int, position: int) -> None:
         """Log the stream's one `resume:` line: where it continues (chunk, frame, episode)."""
-        if position >= sched.frames_per_stream:
-            logger.info("resume: stream=%d epoch=%d chunk=- frame=- (epoch done)", stream, epoch)
-            return
-        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
-        seg, frame = group.frame(offset)
-        logger.info(
-            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)",
-            stream,
-            epoch,
-            seg.chunk_id,
-            frame,
-            seg.episode_index,
-            position,
-        )
+        logger.info("%s", resume_at(sched, stream, epoch, position).line())
