@@ -53,8 +53,9 @@ Flags of its own (everything else is lerobot-train's):
 Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
 file names, checks made before lerobot is imported), :mod:`.checkpoints` (robo_resume's files
 in a checkpoint, RNG states, the atomic write), :mod:`.setup` (everything built before the
-loop), and :mod:`.pipeline` (the loop). lerobot is imported inside functions only: the rest
-of robo_resume never needs it.
+loop), :mod:`.pipeline` (the loop), and :mod:`.resume_plan` (``robo-resume plan --config_path``:
+the ``resume:`` lines a resume from a checkpoint logs, from the datasets :mod:`.setup` builds).
+lerobot is imported inside functions only: the rest of robo_resume never needs it.
 
 For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and
 rank with the ``index`` values the step trained on.
