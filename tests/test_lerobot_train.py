@@ -429,7 +429,7 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
 
 
 @pytest.mark.slow(17)
-def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
+def test_mix_of_two_datasets_resumes_per_source(data, zygotes, capsys):
     """--mix.roots/--mix.weights (lerobot refuses several datasets): exact resume.
 
     The resumed run starts from a copy of the uninterrupted run's step-4 checkpoint (the same
@@ -455,6 +455,11 @@ def test_mix_of_two_datasets_resumes_per_source(data, zygotes):
     code, text = audit(run, zygote=zygotes[0])
     assert code == 2 and "robo-resume audit does not audit --mix.* runs yet" in text, text
     assert "a mix of 2 sources" in text and "ROBO_RESUME_TRAIN_INDEX_LOG=PATH" in text
+    # robo-resume plan names each source's line (a source logs it when first drawn)
+    cfg = ckpt(run, 4) / "pretrained_model" / "train_config.json"
+    plan = plan_of(capsys, f"--config_path={cfg}")
+    assert [s["source"] for s in plan["streams"]] == [0, 1]
+    assert resume_lines(text) and set(resume_lines(text)) <= {s["line"] for s in plan["streams"]}
     ref_steps = steps_of(base / "mixref.idx")
     assert [s for s, _ in ref_steps] == list(range(1, 9))
     assert steps_of(base / "mixrun.idx") == ref_steps[4:]
@@ -637,3 +642,102 @@ def test_mix_features_map_a_source_and_help_lists_the_flags(data, zygotes):
     ):
         assert flag in text[:own], flag  # fmt: skip
     assert text.index("usage: robo-resume train") > own
+
+
+def resume_lines(text: str) -> list[str]:
+    """The streams' ``resume: stream=...`` lines of a run's log, sorted (workers log them in
+    any order)."""
+    return sorted(m.group(0) for m in re.finditer(r"resume: stream=.*\)", text))
+
+
+def plan_of(capsys, *argv: str) -> dict:
+    """``robo-resume plan --json ARGV`` in this process (what the command line runs)."""
+    from robo_resume.cli import main
+
+    capsys.readouterr()
+    code = main(["plan", "--json", *argv])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    return json.loads(out.out)
+
+
+def logged_progress(text: str) -> dict[int, tuple[str, str, str]]:
+    """step -> (smpl, ep, epch) as lerobot's log line shows them."""
+    pattern = r" step:(\d+) smpl:(\S+) ep:(\S+) epch:(\S+) "
+    return {int(m[0]): m[1:] for m in re.findall(pattern, text)}
+
+
+@pytest.mark.slow(40)
+def test_plan_prints_the_resume_lines_and_the_log_counts_the_samples(data, zygotes, capsys):
+    """``robo-resume plan --config_path`` against real resumes of one run (2 workers, batch 4,
+    a non-default --stream.* order), at its step-2 checkpoint with the same topology and at
+    its step-4 checkpoint with 1 worker and batch 16 (elastic): the plan's ``resume:`` lines
+    are the ones each resumed run logged. The elastic run's ``smpl``/``ep``/``epch`` are the
+    frames trained, counted from the index log (lerobot's step * batch_size said 16 * step)."""
+    from lerobot.utils.utils import format_big_number
+
+    base, root, _, _ = data
+    common = [*TINY_ACT, "--dataset.repo_id=local/a", f"--dataset.root={root}", "--seed=5",
+              "--dataloader_multiprocessing_context=fork"]  # fmt: skip
+    order = ["--stream.order=interleave", "--stream.interleave=3"]
+    run, log = base / "planned", base / "planned.idx"
+    train([*common, *order, "--batch_size=4", "--num_workers=2", "--steps=4", "--save_freq=2",
+           f"--output_dir={run}"], log, zygote=zygotes[0])  # fmt: skip
+    # the step-2 checkpoint, resumed as it was saved (a copy, so that `last` names it)
+    same = base / "planned_same"
+    shutil.copytree(run, same, symlinks=True)
+    shutil.rmtree(ckpt(same, 4))
+    ckpt(same, "last").unlink()
+    ckpt(same, "last").symlink_to("000002")
+    cfg = ckpt(same, 2) / "pretrained_model" / "train_config.json"
+    plan = plan_of(capsys, f"--config_path={cfg}")
+    assert plan["step"] == 2 and plan["stream"] == {"order": "interleave", "interleave": 3}
+    assert plan["saved"] == plan["resume"] == {"batch_size": 4, "num_workers": 2, "world_size": 1}
+    _, text = train([*common, "--batch_size=4", "--num_workers=2", "--steps=3",
+                     f"--output_dir={same}", *resume_args(same)], zygote=zygotes[1])  # fmt: skip
+    assert len(resume_lines(text)) == 2, text[-3000:]
+    assert sorted(s["line"] for s in plan["streams"]) == resume_lines(text)
+    # the plan of the library default order differs (what plan printed for a train run before)
+    default = plan_of(capsys, str(root), "--step=2", "--batch_size=4", "--num_workers=2",
+                      "--seed=5", "--infinite")  # fmt: skip
+    assert sorted(s["line"] for s in default["streams"]) != resume_lines(text)
+    # with the run's flags, plan ROOT computes the same lines without the checkpoint
+    flags = plan_of(capsys, str(root), "--step=2", "--batch_size=4", "--num_workers=2",
+                    "--seed=5", "--infinite", *order)  # fmt: skip
+    assert sorted(s["line"] for s in flags["streams"]) == resume_lines(text)
+
+    # the step-4 checkpoint (the output dir's `last`) resumed with 1 worker and batch 16
+    plan = plan_of(capsys, f"--config_path={run}", "--num_workers=1", "--batch_size=16")
+    assert plan["step"] == 4 and plan["resume"]["batch_size"] == 16
+    _, text = train([*common, "--batch_size=16", "--num_workers=1", "--steps=8",
+                     "--save_freq=100", f"--output_dir={run}", *resume_args(run)], log,
+                    zygote=zygotes[1])  # fmt: skip
+    assert "elastic re-partition" in text
+    assert [s["line"] for s in plan["streams"]] == resume_lines(text)
+    # ground truth: the frames each step trained on, from the index log
+    per_step = dict(steps_of(log))  # steps 1..4 of the first run, 5..8 of the resumed one
+    assert sorted(per_step) == list(range(1, 9))
+    progress = logged_progress(text)
+    assert sorted(progress) == [5, 6, 7, 8]
+    for step, shown in progress.items():
+        samples = sum(len(per_step[s]) for s in range(1, step + 1))
+        want = (format_big_number(samples), format_big_number(samples * 4 / 128),
+                f"{samples / 128:.2f}")  # fmt: skip
+        assert shown == want, (step, shown, want)
+    assert progress[8][0] == "80"  # 4 x 4 + 4 x 16, where lerobot counted 8 x 16 = 128
+    options = json.loads((ckpt(run, 8) / "training_state/robo_resume/options.json").read_text())
+    assert options["samples"] == 80
+
+    # what plan refuses, saying how to fix it on the command line
+    from robo_resume.cli import main
+
+    assert main(["plan", f"--config_path={run}", "--step=3"]) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint of step 3" in err and "checkpoints of steps 2, 4, 8" in err, err
+    assert "pass --step with one of those steps" in err
+    assert main(["plan", f"--config_path={run}", "--seed=1"]) == 2
+    err = capsys.readouterr().err
+    assert "--seed with --config_path" in err and "leave them out" in err, err
+    assert main(["plan", f"--config_path={base / 'nowhere'}"]) == 2
+    err = capsys.readouterr().err
+    assert "names no robo-resume train checkpoint" in err and "does not exist" in err, err

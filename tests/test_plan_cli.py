@@ -139,3 +139,44 @@ def test_import_robo_resume_is_lazy_and_complete():
         import robo_resume
 
         robo_resume.nope  # noqa: B018
+
+
+def test_plan_takes_the_stream_flags_of_train(factory, capsys):
+    """--stream.* parsed as robo-resume train parses them (the same values as plan's --order
+    spelling); both at once, or a bad value, get train's message and exit code 2."""
+    root = factory(num_cameras=0, episode_lengths=(23, 41, 17, 30, 12, 26, 9)).root
+    base = ["plan", str(root), "--json", "--step", "7", "--batch_size", "4", "--num_workers", "2"]
+    out = []
+    for flags in (["--stream.order=interleave", "--stream.interleave=3"],
+                  ["--order", "interleave", "--interleave", "3"], []):  # fmt: skip
+        assert main([*base, *flags]) == 0
+        out.append(json.loads(capsys.readouterr().out)["streams"])
+    assert out[0] == out[1] != out[2]
+    assert main([*base, "--stream.order=interleave", "--order", "interleave"]) == 2
+    assert "Both --stream.* and plan's --order" in capsys.readouterr().err
+    assert main([*base, "--stream.order=zigzag"]) == 2
+    assert "Unknown --stream.order" in capsys.readouterr().err
+
+
+def test_plan_prints_the_resume_line_a_resumed_dataset_logs(factory, capsys, caplog):
+    """The `resume:` line of plan's text output is the line the dataset logs on resume."""
+    import logging
+
+    from robo_resume import ChunkedEpisodeDataset, StreamTuning
+
+    root = factory(num_cameras=0, episode_lengths=(23, 41, 17, 30, 12, 26, 9)).root
+    argv = ["plan", str(root), "--step", "13", "--batch-size", "4", "--num-workers", "0",
+            "--seed", "3", "--stream.order=interleave"]  # fmt: skip
+    assert main(argv) == 0
+    planned = [x for x in capsys.readouterr().out.splitlines() if x.startswith("resume: ")]
+    ds = ChunkedEpisodeDataset(
+        root,
+        batch_size=4,
+        seed=3,
+        resume_step=13 * 4,
+        tuning=StreamTuning(order="interleave"),
+    )
+    with caplog.at_level(logging.INFO, logger="robo_resume"):
+        next(iter(ds.dataloader(num_workers=0)))
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resume: st")]
+    assert len(planned) == 1 and planned == logged, (planned, logged)

@@ -78,20 +78,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = command(
         "plan",
-        "print each stream's resume cursor after --step batches, without reading frames",
+        "print each stream's resume cursor after --step batches, without reading frames; "
+        "with --config_path of a robo-resume train checkpoint, the resume: lines that "
+        "`robo-resume train --resume=true` logs when it resumes from it",
         cmd_plan,
     )
-    pl.add_argument("root")
-    pl.add_argument("--step", type=int, required=True, help="batches this rank delivered")
-    data_opts(pl)
+    pl.set_defaults(parser=pl)
+    pl.add_argument("root", nargs="?", help="the dataset (not with --config_path)")
+    pl.add_argument(
+        "--config_path",
+        "--config-path",
+        help="a robo-resume train checkpoint: OUTPUT_DIR/checkpoints/STEP/pretrained_model/"
+        "train_config.json, the folder OUTPUT_DIR/checkpoints/STEP, or OUTPUT_DIR (its "
+        "checkpoints/last); the dataset, seed, batch size, workers, processes and --stream.* "
+        "values come from it",
+    )
+    pl.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="batches this rank delivered (with --config_path: the checkpoint step to resume "
+        "from, default the one --config_path names)",
+    )
+    pl.add_argument("--num-workers", "--num_workers", type=int, default=None, help="default 2")
+    pl.add_argument("--batch-size", "--batch_size", type=int, default=None, help="default 8")
+    pl.add_argument("--world-size", "--world_size", type=int, default=None, help="default 1")
+    pl.add_argument("--seed", type=int, default=None, help="default 0")
+    pl.add_argument("--chunk-frames", type=int, default=None, help=CHUNK_HELP)
+    pl.add_argument("--episodes", help=EPISODES_HELP)
     pl.add_argument("--order", choices=ORDERS, default=None, help=ORDER_HELP)
     pl.add_argument("--shuffle-frames", type=int, default=None, help="frames per shuffle window")
     pl.add_argument("--interleave", type=int, default=None, help="open chunks (interleave order)")
     pl.add_argument(
         "--interleave-order", choices=INTERLEAVE_ORDERS, default=None, help="(interleave order)"
     )
-    pl.add_argument("--world-size", type=int, default=1)
     pl.add_argument("--infinite", action="store_true")
+    pl.epilog = (
+        "robo-resume train's --stream.order, --stream.shuffle_frames, --stream.interleave and "
+        "--stream.interleave_order are taken too (the same as --order, --shuffle-frames, "
+        "--interleave, --interleave-order)"
+    )
 
     v = command(
         "verify",
@@ -152,7 +178,18 @@ def main(argv: list[str] | None = None) -> int:
         from ..lerobot_train import main as train_main
 
         return train_main(argv[1:])
+    stream = None
+    if argv[:1] == ["plan"]:  # robo-resume train's --stream.* flags, parsed as train parses them
+        from ..lerobot_train.options import split_stream_args
+
+        try:
+            stream, rest = split_stream_args(argv[1:])
+        except RoboResumeError as exc:
+            print(f"error: {_message(exc)}", file=sys.stderr)
+            return USAGE
+        argv = ["plan", *rest]
     args = build_parser().parse_args(argv)
+    args.stream = stream
     try:
         return args.func(args)
     except (RoboResumeError, ValueError, FileNotFoundError) as exc:

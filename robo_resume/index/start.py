@@ -7,12 +7,20 @@ batches round-robin over its workers (:func:`worker_batches_done`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .schedule import Schedule
 from .topology import _positive_int
 
-__all__ = ["ResumePoint", "StartPoint", "StreamStart", "resume_point", "worker_batches_done"]
+__all__ = [
+    "ResumeAt",
+    "ResumePoint",
+    "StartPoint",
+    "StreamStart",
+    "resume_at",
+    "resume_point",
+    "worker_batches_done",
+]
 
 
 def worker_batches_done(batches: int, num_workers: int, worker_id: int) -> int:
@@ -105,3 +113,41 @@ class StartPoint(NamedTuple):
     rotation: int
     streams: list
     batches: int
+
+
+@dataclass(frozen=True)
+class ResumeAt:
+    """Where a stream continues: ``position`` frames into ``epoch``, which is frame ``frame``
+    of episode ``episode`` in chunk ``chunk`` (all three None when the stream's epoch is done).
+    """
+
+    stream: int
+    epoch: int
+    position: int
+    chunk: int | None
+    frame: int | None
+    episode: int | None
+
+    def line(self) -> str:
+        """The stream's ``resume:`` log line (what a resumed dataset logs, and what
+        ``robo-resume plan`` prints, so that the two can be compared line for line)."""
+        if self.chunk is None:
+            return f"resume: stream={self.stream} epoch={self.epoch} chunk=- frame=- (epoch done)"
+        return (
+            f"resume: stream={self.stream} epoch={self.epoch} chunk={self.chunk} "
+            f"frame={self.frame} (episode {self.episode}, position {self.position})"
+        )
+
+
+def resume_at(view: Any, stream: int, epoch: int, position: int) -> ResumeAt:
+    """The :class:`ResumeAt` of ``stream`` standing at ``(epoch, position)``.
+
+    ``view``: the stream-epoch's groups, an object with ``frames_per_stream`` and
+    ``iter_groups(epoch, stream, position)`` (a :class:`~robo_resume.index.schedule.Schedule`,
+    or ``Layout.view(epoch, stream)`` for a remainder epoch). Reads no data.
+    """
+    if position >= view.frames_per_stream:
+        return ResumeAt(stream, epoch, position, None, None, None)
+    group, offset = next(iter(view.iter_groups(epoch, stream, position)))
+    seg, frame = group.frame(offset)
+    return ResumeAt(stream, epoch, position, seg.chunk_id, frame, seg.episode_index)

@@ -75,10 +75,10 @@ file names, checks made before lerobot is imported), :mod:`.data_flags` and :mod
 (the ``--data.*`` flags, feature names), :mod:`.help` (``--help``), :mod:`.lock` (the output
 directory's lock), :mod:`.record` (the per-step record), :mod:`.checkpoints` (robo_resume's
 files in a checkpoint, RNG states, the atomic write, what interrupted saves leave),
-:mod:`.setup` (everything built before the loop), :mod:`.pipeline` (the loop), and
-:mod:`.audit` (the audit of a run's checkpoint, no lerobot needed). lerobot is imported inside
-functions only: the rest
-of robo_resume never needs it.
+:mod:`.setup` (everything built before the loop), :mod:`.pipeline` (the loop),
+:mod:`.audit` (the audit of a run's checkpoint, no lerobot needed), and :mod:`.resume_plan`
+(``robo-resume plan --config_path``: the ``resume:`` lines a resume from a checkpoint logs).
+lerobot is imported inside functions only: the rest of robo_resume never needs it.
 
 For tests and audits, ``ROBO_RESUME_TRAIN_INDEX_LOG=PATH`` appends one JSON line per step and
 rank with the ``index`` values the step trained on; ``ROBO_RESUME_TRAIN_SAVE_PAUSE=PATH`` holds
@@ -103,7 +103,6 @@ from .options import (
     split_args,
     split_stream_args,
 )
-from .pipeline import train
 
 __all__ = [
     "DataOptions",
@@ -116,6 +115,16 @@ __all__ = [
     "split_stream_args",
     "train",
 ]
+
+
+def __getattr__(name: str):
+    # the loop imports torch: loaded on first use, so that the flag parsing of .options serves
+    # `robo-resume plan` without torch
+    if name == "train":
+        from .pipeline import train
+
+        return train
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- entry point ---------------------------------------------------------------------------------
@@ -138,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lerobot.configs.train import TrainPipelineConfig
     from lerobot.scripts import lerobot_train  # registers the policy, env and optimizer configs
     from lerobot.utils.import_utils import register_third_party_plugins
+
+    from .pipeline import train
 
     register_third_party_plugins()
     del lerobot_train

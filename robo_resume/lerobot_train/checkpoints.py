@@ -215,8 +215,12 @@ def save_atomic(
     mix: MixOptions | None,
     stream: dict[str, Any] | None = None,
     files: dict[str, bytes] | None = None,
+    samples: int | None = None,
 ) -> None:
     """lerobot's ``save_checkpoint`` into a hidden sibling, then rename, then move ``last``.
+
+    ``samples``: frames trained so far by all processes, across resumes (kept in the options
+    file for the log's sample and epoch counts after a resume).
 
     Steps, each for a reason: (1) write everything into ``.STEP.partial-PID`` (a kill leaves
     only a hidden folder); (2) fsync every file and folder (the
@@ -254,7 +258,14 @@ def save_atomic(
     ours.mkdir(parents=True, exist_ok=True)
     (ours / DATA_STATE).write_text(json.dumps(data_state, indent=1))
     (ours / OPTIONS).write_text(
-        json.dumps({"mix": mix.to_dict() if mix else None, "stream": stream, "library": version()})
+        json.dumps(
+            {
+                "mix": mix.to_dict() if mix else None,
+                "stream": stream,
+                "library": version(),
+                "samples": samples,
+            }
+        )
     )
     for name, content in (files or {}).items():
         (ours / name).write_bytes(content)

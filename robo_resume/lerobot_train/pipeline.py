@@ -206,6 +206,10 @@ def train(
         initial_step=step,
         accelerator=accelerator,
     )
+    # lerobot counts samples as step * batch_size * processes, wrong once a resume changed the
+    # batch size or the number of processes: count the frames trained instead, across resumes
+    samples = samples_before(saved.get("options"), step, cfg.batch_size, world)
+    set_progress(train_tracker, samples, num_frames, num_episodes)
     cameras = tuple(camera_keys(dataset))
     held_out = None
     if eval_episodes is not None and cfg.eval_steps > 0:
@@ -228,6 +232,8 @@ def train(
         if record is not None:
             record.add(step + 1, rank, raw[CURSOR_KEY])
         batch = tracker.consume(raw)
+        # frames this step trained on (short with on_error skip); the ranks' batches are equal
+        samples += (len(batch["index"]) if "index" in batch else cfg.batch_size) * world
         if index_log:
             log_indices(index_log, step + 1, rank, batch)
         for key in cameras:
@@ -248,6 +254,7 @@ def train(
         if progbar is not None:
             progbar.update(1)
         train_tracker.step()
+        set_progress(train_tracker, samples, num_frames, num_episodes)
         if cfg.log_freq > 0 and step % cfg.log_freq == 0:
             train_tracker.reduce_across_ranks()
             if main_process:
@@ -282,6 +289,7 @@ def train(
                     mix=mix,
                     stream=tuning,
                     files=files,
+                    samples=samples,
                 )
             accelerator.wait_for_everyone()
     if progbar is not None:
@@ -335,3 +343,26 @@ def take_lock(output_dir: Path, main_process: bool, world: int, log: logging.Log
             ", ".join(removed),
         )
     return lock
+
+
+def samples_before(options: dict[str, Any] | None, step: int, batch_size: int, world: int) -> int:
+    """Samples (frames, all processes) trained before the first step of this run.
+
+    ``options``: the resumed checkpoint's robo_resume options (None: a new run, 0 samples),
+    whose ``samples`` every save records; a checkpoint without it (plain lerobot-train, or
+    written before the count was saved) gets lerobot's ``step * batch_size * world``, which is
+    right when its run kept one batch size and number of processes.
+    """
+    if options is None:
+        return step * batch_size * world
+    saved = options.get("samples")
+    return int(saved) if isinstance(saved, int) else step * batch_size * world
+
+
+def set_progress(tracker: Any, samples: int, num_frames: int, num_episodes: int) -> None:
+    """Set lerobot's ``MetricsTracker`` counters (``smpl``, ``ep``, ``epch`` of the log line)
+    from the frames trained: ``episodes = samples / mean episode length`` and ``epochs =
+    samples / num_frames``, lerobot's definitions with the true sample count."""
+    tracker.samples = samples
+    tracker.episodes = samples * num_episodes / num_frames
+    tracker.epochs = samples / num_frames

@@ -309,6 +309,9 @@ def build_dataset(
     episodes: list[int] | None = None,
     tuning: dict[str, Any] | None = None,
     data: DataOptions | None = None,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> tuple[Any, str | None]:
     """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact.
 
@@ -316,7 +319,8 @@ def build_dataset(
     resolve_stream`; None: the library's defaults). ``data``: the ``--data.*`` flags (on_error,
     resume_strict, features; None: the defaults). A checkpoint whose data state does not fit
     is refused with a :class:`~robo_resume.errors.ResumeStateError` that says what differs
-    (:func:`refusal`)."""
+    (:func:`refusal`). ``rank``, ``world_size``: the dataset's place in the run (None: from
+    ``torch.distributed``, as training does; ``robo-resume plan`` builds each rank's)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = data or DataOptions()
@@ -329,6 +333,8 @@ def build_dataset(
         "image_dtype": "uint8",  # lerobot's trainer: return_uint8=True, converted per batch
         "tuning": StreamTuning(**tuning) if tuning else None,
         "on_error": data.on_error,
+        "rank": rank,
+        "world_size": world_size,
     }
     note = None
     if resume_dir is not None and state is None:

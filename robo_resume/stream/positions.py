@@ -32,7 +32,7 @@ from ..index.schedule import (
     Segment,
     Topology,
 )
-from ..index.start import StartPoint, resume_point, worker_batches_done
+from ..index.start import StartPoint, resume_at, resume_point, worker_batches_done
 from ..state.fingerprint import expected_for, plan_of_state, value_hash
 from ..state.resume import ResumeState, StreamCursor
 from .epochs import EpochTable
@@ -521,20 +521,4 @@ class StreamPositions:
     ) -> None:
         """Log the stream's one `resume:` line: where it continues (chunk, frame, episode);
         ``label`` ends the line (a mix names the source, `` source=1 (b)``)."""
-        if position >= sched.frames_per_stream:
-            logger.info(
-                "resume: stream=%d epoch=%d chunk=- frame=- (epoch done)%s", stream, epoch, label
-            )
-            return
-        group, offset = next(iter(sched.iter_groups(epoch, stream, position)))
-        seg, frame = group.frame(offset)
-        logger.info(
-            "resume: stream=%d epoch=%d chunk=%d frame=%d (episode %d, position %d)%s",
-            stream,
-            epoch,
-            seg.chunk_id,
-            frame,
-            seg.episode_index,
-            position,
-            label,
-        )
+        logger.info("%s%s", resume_at(sched, stream, epoch, position).line(), label)
