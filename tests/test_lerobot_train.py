@@ -452,14 +452,14 @@ def test_mix_of_two_datasets_resumes_per_source(data, zygotes, capsys):
     assert "mix of 2 datasets" in text and "Resuming from" in text
     # each source's stream says where it resumes, naming the source
     assert f"source=0 ({a})" in text and f"source=1 ({b})" in text, text[-3000:]
-    code, text = audit(run, zygote=zygotes[0])
-    assert code == 2 and "robo-resume audit does not audit --mix.* runs yet" in text, text
-    assert "a mix of 2 sources" in text and "ROBO_RESUME_TRAIN_INDEX_LOG=PATH" in text
     # robo-resume plan names each source's line (a source logs it when first drawn)
     cfg = ckpt(run, 4) / "pretrained_model" / "train_config.json"
     plan = plan_of(capsys, f"--config_path={cfg}")
     assert [s["source"] for s in plan["streams"]] == [0, 1]
     assert resume_lines(text) and set(resume_lines(text)) <= {s["line"] for s in plan["streams"]}
+    code, report = audit(run, zygote=zygotes[0])
+    assert code == 2 and "robo-resume audit does not audit --mix.* runs yet" in report, report
+    assert "a mix of 2 sources" in report and "ROBO_RESUME_TRAIN_INDEX_LOG=PATH" in report
     ref_steps = steps_of(base / "mixref.idx")
     assert [s for s, _ in ref_steps] == list(range(1, 9))
     assert steps_of(base / "mixrun.idx") == ref_steps[4:]

@@ -188,7 +188,7 @@ def plan_resume(
                         "chunk": at.chunk,
                         "episode": at.episode,
                         "frame": at.frame,
-                        "line": at.line(),
+                        "line": at.line() + ("" if source is None else ds.resume_label(source)),
                     }
                 )
     return {

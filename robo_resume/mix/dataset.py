@@ -354,6 +354,10 @@ class MixedDataset(IterableDataset):
         """How messages name source ``i``: its index and repo id or folder."""
         return self.checks.name(i)
 
+    def resume_label(self, i: int) -> str:
+        """What ends source ``i``'s ``resume:`` lines, e.g. `` source=1 (data/b)``."""
+        return " " + self.source_name(i).replace("source ", "source=", 1)
+
     # -- StatefulDataLoader protocol -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """This worker's mix stream (what it has yielded), for torchdata's StatefulDataLoader:
@@ -473,7 +477,7 @@ class MixedDataset(IterableDataset):
                     *positions[i],
                     image_dtype=image_dtype,
                     log_resume=resumed,
-                    resume_label=f" {self.source_name(i).replace('source ', 'source=', 1)}",
+                    resume_label=self.resume_label(i),
                 )
             batch = next(it, None)
             if batch is None:  # cannot happen when the arithmetic above is right
