@@ -52,11 +52,11 @@ from .stream.blocks import StreamRun
 from .stream.epochs import EpochTable
 from .stream.front import batch_loader
 from .stream.lifetime import bind_to_trainer, freeze_inherited
-from .stream.loader import _Batches
+from .stream.loader import DatasetBatches
 from .stream.positions import StreamPositions
 from .stream.reading import PLAIN_LOADER_NOTE, StreamReader
 from .stream.shared_arrays import SharedArrays, reduce_for_worker
-from .stream.startup import _resolve_rank, worker_context
+from .stream.startup import resolve_rank, worker_context
 from .stream.tuning import ON_ERROR, SKIP_ERRORS, StreamTuning
 from .tracker import CursorTracker
 from .workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
@@ -212,7 +212,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         self.drop_last = drop_last
         self.infinite = infinite
         self.resume_step = resume_step
-        self.rank, self.world_size = _resolve_rank(rank, world_size)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
         self.items = ItemBuilder(
             self.meta,
             ItemOptions(
@@ -612,7 +612,7 @@ class ChunkedEpisodeDataset(IterableDataset):
             check_worker_start(loader)
             return loader
         return batch_loader(
-            lambda float_keys: _Batches(self, "uint8" if float_keys else None),
+            lambda float_keys: DatasetBatches(self, "uint8" if float_keys else None),
             num_workers=num_workers,
             options=self.items.options,
             visual_keys=renamed(self.meta.visual_keys, self.renames),  # video and image

@@ -24,7 +24,7 @@ def episode_files(meta: DatasetMeta, episodes: Iterable[int]) -> tuple[str, ...]
     return tuple(sorted(files))
 
 
-def _escape(path: str) -> str:
+def escape(path: str) -> str:
     """An fnmatch pattern matching exactly ``path`` (``*``, ``?``, ``[`` made literal)."""
     return re.sub(r"([*?\[])", r"[\1]", path)
 
@@ -47,5 +47,5 @@ def download_patterns(meta: DatasetMeta, episodes: Iterable[int]) -> tuple[str, 
     patterns = set()
     for f in needed:
         top = [d for d in PurePosixPath(f).parents[:-1] if d in full]
-        patterns.add(_escape(top[-1].as_posix()) + "/*" if top else _escape(f))
+        patterns.add(escape(top[-1].as_posix()) + "/*" if top else escape(f))
     return tuple(sorted(patterns))

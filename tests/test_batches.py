@@ -156,7 +156,7 @@ def test_in_process_batches_equal_torchs_iterator(two_cams):
     # 0 workers: the loader takes each batch straight from the dataset's iterator instead of
     # through torch's per-batch fetch and default_convert; the batches, the number of them and
     # the seed torch draws from the global RNG per iteration stay what torch's own gives
-    from robo_resume.stream.loader import _Batches
+    from robo_resume.stream.loader import DatasetBatches
 
     ds = ChunkedEpisodeDataset(two_cams, batch_size=6, seed=3, image_dtype="uint8")
     torch.manual_seed(0)
@@ -164,7 +164,7 @@ def test_in_process_batches_equal_torchs_iterator(two_cams):
     assert it._next != it._it.__next__, "precondition: the in-process path is taken"
     ours, rng_ours = list(it), torch.get_rng_state()
     torch.manual_seed(0)
-    plain = torch.utils.data.DataLoader(_Batches(ChunkedEpisodeDataset(two_cams, batch_size=6,
+    plain = torch.utils.data.DataLoader(DatasetBatches(ChunkedEpisodeDataset(two_cams, batch_size=6,
         seed=3, image_dtype="uint8")), batch_size=None)  # fmt: skip
     theirs, rng_theirs = list(plain), torch.get_rng_state()
     assert len(ours) > 3
@@ -236,7 +236,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, pa
     with video.VideoReader(path) as a, video.VideoReader(path) as b:
         hwc = a.frames_at([0.0, 0.1, 0.2])
         chw = b.frames_at([0.0, 0.1, 0.2], channels_first=True)
-    assert list(rgb._PLANAR_OK.values()) == [False]
+    assert list(rgb.PLANAR_OK.values()) == [False]
     assert np.array_equal(chw, hwc.transpose(0, 3, 1, 2))
 
 

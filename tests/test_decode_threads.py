@@ -72,20 +72,20 @@ def test_balanced_runs_cover_the_jobs_in_order():
     # `parts` of them, and not lopsided (none past its share by more than one job)
     import numpy as np
 
-    from robo_resume.items.threads import _balanced_runs
+    from robo_resume.items.threads import balanced_runs
 
     rng = np.random.default_rng(0)
     for _ in range(500):
         sizes = rng.integers(0, 20, size=int(rng.integers(1, 40))).tolist()
         parts = int(rng.integers(1, 6))
-        runs = _balanced_runs(sizes, parts)
+        runs = balanced_runs(sizes, parts)
         assert 1 <= len(runs) <= parts
         assert runs[0][0] == 0 and runs[-1][1] == len(sizes)
         assert all(a < b for a, b in runs)
         assert all(x[1] == y[0] for x, y in itertools.pairwise(runs))
         biggest = max(sizes)
         assert all(sum(sizes[a:b]) <= sum(sizes) / len(runs) + 2 * biggest for a, b in runs)
-    assert _balanced_runs([1] * 32, 4) == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    assert balanced_runs([1] * 32, 4) == [(0, 8), (8, 16), (16, 24), (24, 32)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -141,27 +141,27 @@ def test_an_abandoned_iterator_closes_its_readers_after_the_reads_in_flight(
 
 
 def test_overlap_decides_per_window_from_the_consumers_share():
-    from robo_resume.stream.group_read import _Overlap
+    from robo_resume.stream.group_read import Overlap
 
-    fixed = _Overlap(adaptive=False)
-    for _ in range(3 * _Overlap.WINDOW):
+    fixed = Overlap(adaptive=False)
+    for _ in range(3 * Overlap.WINDOW):
         fixed.batch(0.0, 1.0)
     assert fixed.on  # large frames (several decoding threads): always ahead
-    o = _Overlap(adaptive=True)
+    o = Overlap(adaptive=True)
     assert o.on  # until the first window is seen
-    for k in range(_Overlap.WINDOW):
+    for k in range(Overlap.WINDOW):
         assert o.on, k  # no decision inside a window
         o.batch(0.01, 1.0)  # the consumer takes 1% of the time: a loop doing nothing
     assert not o.on
-    for _ in range(_Overlap.WINDOW - 1):
+    for _ in range(Overlap.WINDOW - 1):
         o.batch(0.9, 1.0)
     assert not o.on
     o.batch(0.9, 1.0)  # a training step between batches
     assert o.on
-    for _ in range(_Overlap.WINDOW):
+    for _ in range(Overlap.WINDOW):
         o.batch(0.1, 1.0)
     assert not o.on
-    for k in range(_Overlap.WINDOW):  # one long pause (a checkpoint) in a loop doing nothing
+    for k in range(Overlap.WINDOW):  # one long pause (a checkpoint) in a loop doing nothing
         o.batch(30.0 if k == 3 else 0.001, 30.0 if k == 3 else 0.01)
     assert not o.on
 

@@ -438,14 +438,14 @@ def test_skip_broken_files_completes_and_reports(skip_root, caplog):
 
 @pytest.mark.timeout(90)
 def monkeypatch_flip() -> pytest.MonkeyPatch:
-    """``_Overlap`` switched on and off at every batch (reading ahead, then not, ...)."""
-    from robo_resume.stream.group_read import _Overlap
+    """``Overlap`` switched on and off at every batch (reading ahead, then not, ...)."""
+    from robo_resume.stream.group_read import Overlap
 
     def flip(self, consumer_s, period_s):
         self.on = not self.on
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(_Overlap, "batch", flip)
+    mp.setattr(Overlap, "batch", flip)
     return mp
 
 
@@ -482,7 +482,7 @@ def test_a_failed_read_is_not_followed_by_reads_of_its_chunk(partial_root, threa
     chunk whose read fails. Those are not read (the failed reader is closed, not read again),
     and the batches equal a worker's, which reads no block ahead."""
     from robo_resume import StreamTuning
-    from robo_resume.stream.group_read import GroupRead, _Overlap
+    from robo_resume.stream.group_read import GroupRead, Overlap
 
     groups: list[GroupRead] = []  # kept alive: an id is not reused by another group
     failed: set[tuple[int, int]] = set()  # (group, segment) whose read failed
@@ -505,7 +505,7 @@ def test_a_failed_read_is_not_followed_by_reads_of_its_chunk(partial_root, threa
 
     monkeypatch.setattr(GroupRead, "_read", read)
     # always read ahead (one decoding thread otherwise stops when the loop does nothing else)
-    monkeypatch.setattr(_Overlap, "SHARE", 0.0)
+    monkeypatch.setattr(Overlap, "SHARE", 0.0)
     make = _skip_make(partial_root)
     tuning = StreamTuning(camera_threads=threads, interleave=2, block_frames=2)
     full, tracker = _run(make, epochs=1, num_workers=0, tuning=tuning)

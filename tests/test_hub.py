@@ -184,13 +184,13 @@ def test_download_patterns_collapse_full_folders_and_escape(v30, v21):
     )
     assert download_patterns(meta, [0]) == episode_files(meta, [0])
     assert download_patterns(load_metadata(v21.root), range(7)) == ("data/*", "videos/*")
-    from robo_resume.hub_patterns import _escape
+    from robo_resume.hub_patterns import escape
 
-    assert _escape("videos/cam[1]/a*b?.mp4") == "videos/cam[[]1]/a[*]b[?].mp4"
+    assert escape("videos/cam[1]/a*b?.mp4") == "videos/cam[[]1]/a[*]b[?].mp4"
     assert (
         hub_utils.filter_repo_objects(
             ["videos/cam[1]/a*b?.mp4", "videos/cam1/axb?.mp4"],
-            allow_patterns=[_escape("videos/cam[1]/a*b?.mp4")],
+            allow_patterns=[escape("videos/cam[1]/a*b?.mp4")],
         ).__next__()
         == "videos/cam[1]/a*b?.mp4"
     )

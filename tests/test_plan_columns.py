@@ -146,7 +146,7 @@ def test_schedule_memory_is_flat_across_epochs():
 def test_plan_columns_are_int32_when_they_fit_with_the_same_values_and_fingerprint():
     """int32 storage (half the memory) changes no value, chunk or fingerprint; a plan with a
     value past 2^31 stays int64."""
-    from robo_resume.index.plan import Plan, _fingerprint_columns
+    from robo_resume.index.plan import Plan, fingerprint_columns
 
     lengths = np.array([40, 17, 64, 5, 33] * 30)
     spans = EpisodeSpans(np.arange(150), np.cumsum(lengths) - lengths, lengths)
@@ -157,7 +157,7 @@ def test_plan_columns_are_int32_when_they_fit_with_the_same_values_and_fingerpri
         f"{e},{a},{b},{d};" for e, a, b, d in zip(*(c.tolist() for c in cols), strict=True)
     )
     assert plan.fingerprint() == hashlib.sha256(text.encode()).hexdigest()
-    assert _fingerprint_columns([c.astype(np.int64) for c in cols]) == plan.fingerprint()
+    assert fingerprint_columns([c.astype(np.int64) for c in cols]) == plan.fingerprint()
     assert plan.lengths.dtype == np.int64
     big = Plan([0, 1], [0, 0], [5, 5], [0, 2**31 + 7])
     assert big.dataset_from_index.dtype == np.int64 and big[1].dataset_from_index == 2**31 + 7

@@ -124,7 +124,7 @@ def test_frames_at_into_a_batch_equals_rgb24_by_address(factory):
     # VideoReader.frames_at converting straight into rows of a batch (by address) gives the
     # frames rgb24 gives, each in its row, whatever the row order
     from robo_resume.format import VideoReader
-    from robo_resume.format.rgb import _row_addresses
+    from robo_resume.format.rgb import row_addresses
 
     ds = factory(episode_lengths=(20,), num_cameras=1, height=96, width=96)
     path = next(ds.root.glob("videos/**/*.mp4"))
@@ -133,7 +133,7 @@ def test_frames_at_into_a_batch_equals_rgb24_by_address(factory):
     with VideoReader(path) as r:
         want = r.frames_at(times)  # (n, H, W, 3) rgb24
     batch = np.zeros((12, 3, 96, 96), np.uint8)
-    assert _row_addresses(batch)[0] is not None  # the address path is the one taken
+    assert row_addresses(batch)[0] is not None  # the address path is the one taken
     with VideoReader(path) as r:
         r.frames_at(times, channels_first=True, out=batch, rows=rows)
     for i, row in enumerate(rows.tolist()):
@@ -146,10 +146,10 @@ def test_row_addresses_are_remembered_per_array_object_only():
     import robo_resume.format.rgb as rgb
 
     a = np.empty((4, 3, 16, 16), dtype=np.uint8)
-    assert rgb._row_addresses(a) == (a.ctypes.data, a.strides[0])
-    assert rgb._row_addresses(a) == (a.ctypes.data, a.strides[0])  # from the memo
+    assert rgb.row_addresses(a) == (a.ctypes.data, a.strides[0])
+    assert rgb.row_addresses(a) == (a.ctypes.data, a.strides[0])  # from the memo
     b = a[1:]
-    assert rgb._row_addresses(b) == (a.ctypes.data + a.strides[0], a.strides[0])
+    assert rgb.row_addresses(b) == (a.ctypes.data + a.strides[0], a.strides[0])
     c = np.empty((4, 3, 16, 16), dtype=np.uint8)
 
     class Gone:  # a dead weak reference under c's id: a freed array's entry
@@ -157,5 +157,5 @@ def test_row_addresses_are_remembered_per_array_object_only():
             return None
 
     rgb._ADDRESSES[id(c)] = (Gone(), 1, 2)
-    assert rgb._row_addresses(c) == (c.ctypes.data, c.strides[0])
-    assert rgb._row_addresses(np.empty((4, 16, 16, 3), np.float32)) == (None, 0)
+    assert rgb.row_addresses(c) == (c.ctypes.data, c.strides[0])
+    assert rgb.row_addresses(np.empty((4, 16, 16, 3), np.float32)) == (None, 0)

@@ -101,7 +101,7 @@ def test_mix_features_one_mapping_per_source_kept_by_the_checkpoint_options():
 
 def _fix_texts() -> list[tuple[str, str]]:
     """(file, text) of every ``fix=`` given to a call in robo_resume's library code, and of the
-    module-level fix tables (``_FIX``, ``_ESCAPE``), with f-string parts as written."""
+    module-level fix tables (``_FIX``, ``ESCAPE``), with f-string parts as written."""
     out = []
     package = Path(robo_resume.__file__).parent
     for path in sorted(package.rglob("*.py")):
@@ -113,7 +113,7 @@ def _fix_texts() -> list[tuple[str, str]]:
             if isinstance(node, ast.keyword) and node.arg == "fix":
                 values.append(node.value)
             elif isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id in ("_FIX", "_ESCAPE") for t in node.targets
+                isinstance(t, ast.Name) and t.id in ("_FIX", "ESCAPE") for t in node.targets
             ):
                 value = node.value
                 values.extend(value.values if isinstance(value, ast.Dict) else [value])
@@ -147,7 +147,7 @@ def test_python_advice_of_the_library_becomes_flags_under_train():
     assert "--dataset.episodes=readable" in text and "--data.on_error=skip" in text, text
     assert "on_error='skip'" not in text and "episodes=[...]" not in text
     # the library keeps its Python advice for library users
-    from robo_resume.state.fingerprint import _ESCAPE
+    from robo_resume.state.fingerprint import ESCAPE
 
-    assert "resume_strict=False" in _ESCAPE
-    assert "--data.resume_strict=false" in cli_advice(_ESCAPE)
+    assert "resume_strict=False" in ESCAPE
+    assert "--data.resume_strict=false" in cli_advice(ESCAPE)

@@ -18,7 +18,7 @@ from ..index.groups import INTERLEAVE_ORDERS
 from ..stream.tuning import ORDERS
 from .audit import cmd_audit
 from .bench import cmd_bench
-from .common import CHUNK_HELP, EPISODES_HELP, ON_ERROR_HELP, ORDER_HELP, USAGE, _message
+from .common import CHUNK_HELP, EPISODES_HELP, ON_ERROR_HELP, ORDER_HELP, USAGE, error_message
 from .demo import cmd_demo
 from .inspect import cmd_inspect
 from .plan import cmd_plan
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             stream, rest = split_stream_args(argv[1:])
         except RoboResumeError as exc:
-            print(f"error: {_message(exc)}", file=sys.stderr)
+            print(f"error: {error_message(exc)}", file=sys.stderr)
             return USAGE
         argv = ["plan", *rest]
     args = build_parser().parse_args(argv)
@@ -193,5 +193,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (RoboResumeError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {_message(exc)}", file=sys.stderr)
+        print(f"error: {error_message(exc)}", file=sys.stderr)
         return USAGE

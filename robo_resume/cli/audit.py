@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import FAILED, OK, _emit
+from .common import FAILED, OK, emit
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -17,5 +17,5 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     index_log = args.index_log or os.environ.get(INDEX_LOG_ENV) or None
     result = audit_run(args.output_dir, checkpoint=args.checkpoint, index_log=index_log)
-    _emit(args, result.to_dict(), format_audit(result))
+    emit(args, result.to_dict(), format_audit(result))
     return OK if result.ok else FAILED

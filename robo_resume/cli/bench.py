@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import OK, _emit, _episodes
+from .common import OK, emit, parse_episodes
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -18,7 +18,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.root,
         batch_size=args.batch_size,
         seed=0,
-        episodes=_episodes(args.episodes, args.root),
+        episodes=parse_episodes(args.episodes, args.root),
         image_dtype="uint8",
         on_error=args.on_error,
     )
@@ -69,5 +69,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{report['sequential_decode_frames_per_s']} frames/s "
             f"({cams} camera(s) per frame)"
         )
-    _emit(args, report, text)
+    emit(args, report, text)
     return OK

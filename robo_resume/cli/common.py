@@ -25,7 +25,7 @@ ON_ERROR_HELP = (
 )
 
 
-def _episodes(text: str | None, root: Any = None) -> list[int] | str | None:
+def parse_episodes(text: str | None, root: Any = None) -> list[int] | str | None:
     """``--episodes``: None, ``readable``, a slice string, or indices with ranges (``0-9,12``)."""
     if not text:
         return None
@@ -55,7 +55,7 @@ def _episodes(text: str | None, root: Any = None) -> list[int] | str | None:
     return out
 
 
-def _message(exc: BaseException) -> str:
+def error_message(exc: BaseException) -> str:
     """The error's own message on one line, without torch's worker traceback.
 
     An error raised in a DataLoader worker reaches the main process as ``Caught X in DataLoader
@@ -75,5 +75,5 @@ def _message(exc: BaseException) -> str:
     return text.replace("pass on_error='skip'", "pass --on-error skip (or --episodes readable)")
 
 
-def _emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> None:
+def emit(args: argparse.Namespace, report: dict[str, Any], text: str) -> None:
     print(json.dumps(report, indent=2) if args.json else text)

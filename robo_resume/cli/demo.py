@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import FAILED, OK, _emit, _episodes
+from .common import FAILED, OK, emit, parse_episodes
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -12,7 +12,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..demo import run_demo
 
     if args.root or args.episodes != "readable":  # a generated dataset: resolved in run_demo
-        args.episodes = _episodes(args.episodes, args.root)
+        args.episodes = parse_episodes(args.episodes, args.root)
     r = run_demo(args)
     ok = r["frames_replayed"] == 0 and r["frames_lost"] == 0 and r["order_identical"]
     text = "\n".join(
@@ -33,5 +33,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "result: " + ("exactly once" if ok else "FAILED"),
         ]
     )
-    _emit(args, {**r, "ok": ok}, text)
+    emit(args, {**r, "ok": ok}, text)
     return OK if ok else FAILED

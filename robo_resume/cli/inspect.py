@@ -7,7 +7,7 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from .common import FAILED, OK, _emit
+from .common import FAILED, OK, emit
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -100,7 +100,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "(select them with --episodes readable; robo-resume train: "
             "--dataset.episodes=readable; Python: episodes=readable_episodes(root))"
         )
-    _emit(args, report, "\n".join(lines))
+    emit(args, report, "\n".join(lines))
     return FAILED if (missing or unreadable) else OK
 
 

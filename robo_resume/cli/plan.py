@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..errors import describe
-from .common import OK, _emit, _episodes
+from .common import OK, emit, parse_episodes
 
 if TYPE_CHECKING:
     from ..index.schedule import Schedule
@@ -93,7 +93,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ..index.start import resume_at, resume_point
 
     streams = []
-    episodes = _episodes(args.episodes, args.root)
+    episodes = parse_episodes(args.episodes, args.root)
     # One schedule holds the plan, the same on every rank; each rank's start point is
     # resume_point() of it with its rank (what ChunkedEpisodeDataset.start_point does without
     # a resume state).
@@ -146,7 +146,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     lines.append("the streams' resume: lines:")
     lines += [s["line"] for s in streams]
-    _emit(args, report, "\n".join(lines))
+    emit(args, report, "\n".join(lines))
     return OK
 
 
@@ -204,5 +204,5 @@ def _cmd_plan_checkpoint(args: argparse.Namespace) -> int:
     for s in report["streams"]:
         src = "" if s["source"] is None else f" source {s['source']}"
         lines.append(f"rank {s['rank']} worker {s['worker']}{src}: {s['line']}")
-    _emit(args, report, "\n".join(lines))
+    emit(args, report, "\n".join(lines))
     return OK

@@ -6,7 +6,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from .common import FAILED, OK, _emit, _episodes
+from .common import FAILED, OK, emit, parse_episodes
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -17,7 +17,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     consumed: dict[int, dict[str, Counter]] = {}  # crash step -> scenario -> index counts
     full_all: dict[int, Counter] = {}
     crashes = [int(x) for x in str(args.crash_at).split(",")]
-    episodes = _episodes(args.episodes, args.root)
+    episodes = parse_episodes(args.episodes, args.root)
     for crash in crashes:
         for rank in range(args.world_size):
             full, res = audit(
@@ -98,5 +98,5 @@ def cmd_verify(args: argparse.Namespace) -> int:
     lines.append("robo_resume: exactly once" if ok else "robo_resume: FAILED")
     if args.plot:
         lines.append(f"plot: {args.plot}")
-    _emit(args, report, "\n".join(lines))
+    emit(args, report, "\n".join(lines))
     return OK if ok else FAILED

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .rgb import _PLANAR_OK, planar_rgb
+from .rgb import PLANAR_OK, planar_rgb
 from .swscale import gbrp_writer
 
 __all__ = ["FrameStore"]
@@ -82,9 +82,9 @@ class FrameStore:
         """Take ``frame``'s layout as the store's (the first frame); False if it cannot be
         stored (its conversion is not the one the batch path checked)."""
         key = (frame.format.name, frame.width, frame.height)
-        if _PLANAR_OK.get(key) is None:  # the first frame of this kind in the process: check
+        if PLANAR_OK.get(key) is None:  # the first frame of this kind in the process: check
             planar_rgb(frame, np.empty((3, frame.height, frame.width), np.uint8))
-        if not _PLANAR_OK.get(key) or gbrp_writer(*key) is None:
+        if not PLANAR_OK.get(key) or gbrp_writer(*key) is None:
             return False  # converted through PyAV: keep the decoded frames
         planes, at = [], 0
         for p in frame.planes:

@@ -19,14 +19,14 @@ from ..errors import (
     describe,
 )
 from .features import check_features
-from .meta_types import _CONVERT_HINT, SUPPORTED_VERSIONS
+from .meta_types import CONVERT_HINT, SUPPORTED_VERSIONS
 from .validate import (
     check_feature_specs,
     inside_root,
 )
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     if not path.is_file():
         raise MissingFileError(
             describe(
@@ -55,9 +55,9 @@ def _read_json(path: Path) -> Any:
 _SCAN = json.JSONDecoder().scan_once  # what json.loads runs on the text after its whitespace
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        _read_json(path)  # raises MissingFileError with the standard message
+        read_json(path)  # raises MissingFileError with the standard message
     rows = []
     scan = _SCAN  # json.loads per line, without its per-call Python wrappers (3x faster)
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
@@ -86,7 +86,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _posix_inside(rel: str) -> str | None:
+def posix_inside(rel: str) -> str | None:
     """``rel`` as a POSIX path, or None if it is absolute or climbs out with ``..``.
 
     A plain relative path (no leading ``/`` or ``.``, no ``//``, ``/.`` or trailing ``/``)
@@ -105,7 +105,7 @@ def _posix_inside_slow(rel: str) -> str | None:
 
 def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
     """Refuse paths that escape the dataset root (``..`` or absolute)."""
-    posix = _posix_inside(rel)
+    posix = posix_inside(rel)
     if posix is None:
         raise DatasetFormatError(
             describe(
@@ -120,7 +120,7 @@ def _check_relative(root: Path, rel: str, *, what: str, episode: int) -> str:
     return posix
 
 
-def _format_path(template: str, root: Path, *, what: str, episode: int, **fields: Any) -> str:
+def format_path(template: str, root: Path, *, what: str, episode: int, **fields: Any) -> str:
     try:
         rel = template.format(**fields)
     except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
@@ -137,7 +137,7 @@ def _format_path(template: str, root: Path, *, what: str, episode: int, **fields
     return _check_relative(root, rel, what=what, episode=episode)
 
 
-def _load_info(root: Path) -> dict[str, Any]:
+def load_info(root: Path) -> dict[str, Any]:
     info_path = root / "meta" / "info.json"
     if root.exists() and not root.is_dir():
         raise DatasetFormatError(
@@ -161,7 +161,7 @@ def _load_info(root: Path) -> dict[str, Any]:
         )
     for entry in sorted((root / "meta").rglob("*")) if (root / "meta").is_dir() else ():
         inside_root(root, entry.relative_to(root))  # links out of the dataset are refused
-    info = _read_json(info_path)
+    info = read_json(info_path)
     if not isinstance(info, dict):
         raise DatasetFormatError(
             describe(
@@ -175,7 +175,7 @@ def _load_info(root: Path) -> dict[str, Any]:
     version = info.get("codebase_version")
     if version not in SUPPORTED_VERSIONS:
         v = str(version)
-        hint = _CONVERT_HINT["v1"] if v.startswith("v1") else _CONVERT_HINT.get(v)
+        hint = CONVERT_HINT["v1"] if v.startswith("v1") else CONVERT_HINT.get(v)
         raise UnsupportedVersionError(
             describe(
                 "Unsupported LeRobot dataset version",
@@ -224,7 +224,7 @@ def _load_info(root: Path) -> dict[str, Any]:
     return info
 
 
-def _check_unique(root: Path, idx: np.ndarray) -> None:
+def check_unique(root: Path, idx: np.ndarray) -> None:
     """Refuse a repeated episode_index (``idx`` is sorted)."""
     dup = np.flatnonzero(idx[1:] == idx[:-1])  # episodes are sorted by episode_index
     if dup.size:
@@ -241,7 +241,7 @@ def _check_unique(root: Path, idx: np.ndarray) -> None:
         )
 
 
-def _tasks_tuple(pairs: Any, path: Path) -> tuple[str, ...]:
+def tasks_tuple(pairs: Any, path: Path) -> tuple[str, ...]:
     mapping = dict(pairs)
     n = len(mapping)
     if sorted(mapping) != list(range(n)):

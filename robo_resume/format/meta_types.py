@@ -25,7 +25,7 @@ __all__ = ["REQUIRED_COLUMNS", "SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo
 
 SUPPORTED_VERSIONS = ("v2.1", "v3.0")
 
-_CONVERT_HINT = {
+CONVERT_HINT = {
     "v1": (
         "convert it to v2.0 with lerobot's convert_dataset_v1_to_v2 script (lerobot<=0.2), then to "
         "v2.1 and v3.0 (python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=...)"

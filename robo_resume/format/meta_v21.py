@@ -15,20 +15,20 @@ from ..errors import (
 )
 from .arrow_columns import jsonl_episode_columns
 from .episode_table import EpisodeTable, VideoColumns, task_columns
-from .meta_files import _format_path, _posix_inside, _read_jsonl, _tasks_tuple
+from .meta_files import format_path, posix_inside, read_jsonl, tasks_tuple
 from .validate import (
     int_values,
     task_list,
 )
 
 
-def _load_v21(
+def load_v21(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
 ) -> tuple[EpisodeTable, tuple[str, ...]]:
     ep_path = root / "meta" / "episodes.jsonl"
     fast = jsonl_episode_columns(ep_path) if ep_path.is_file() else None
     if fast is None:  # row by row: names the first bad line
-        ep, length, ep_tasks = _typed_jsonl_episodes(_read_jsonl(ep_path), ep_path)
+        ep, length, ep_tasks = _typed_jsonl_episodes(read_jsonl(ep_path), ep_path)
         offsets, task_codes, task_names = task_columns(ep_tasks)
     else:
         ep, length, offsets, task_codes, task_names = fast
@@ -96,7 +96,7 @@ def _load_v21(
         videos=videos,
     )
     tasks_path = root / "meta" / "tasks.jsonl"
-    trows = _read_jsonl(tasks_path)
+    trows = read_jsonl(tasks_path)
     bad = [t for t in trows if not isinstance(t, dict) or "task_index" not in t or "task" not in t]
     if bad:
         raise DatasetFormatError(
@@ -110,7 +110,7 @@ def _load_v21(
         )
     index = int_values([t["task_index"] for t in trows], "task_index", file=tasks_path)
     pairs = zip(index.tolist(), (str(t["task"]) for t in trows), strict=True)
-    tasks = _tasks_tuple(pairs, tasks_path)
+    tasks = tasks_tuple(pairs, tasks_path)
     return columns, tasks
 
 
@@ -126,7 +126,7 @@ def _episode_paths(
 
     One file per episode and camera: 3x10^5 paths at 10^5 episodes, so the templates are filled
     with ``format_map`` on reused dicts. An episode whose paths do not pass is checked again by
-    :func:`_format_path`, which raises the error naming it (episodes in order, cameras before
+    :func:`format_path`, which raises the error naming it (episodes in order, cameras before
     the data file, as checked one by one before)."""
     fast = _printf_paths(data_tpl, video_tpl, camera_keys, ep, chunks_size)
     if fast is not None:
@@ -140,12 +140,12 @@ def _episode_paths(
         try:
             for cam, f in per_cam.items():
                 f["episode_chunk"], f["episode_index"] = chunk, e
-                rel = _posix_inside(video_tpl.format_map(f))  # type: ignore[union-attr]
+                rel = posix_inside(video_tpl.format_map(f))  # type: ignore[union-attr]
                 if rel is None:
                     raise ValueError(cam)
                 video_paths[cam].append(rel)
             fields["episode_chunk"], fields["episode_index"] = chunk, e
-            rel = _posix_inside(data_tpl.format_map(fields))
+            rel = posix_inside(data_tpl.format_map(fields))
             if rel is None:
                 raise ValueError("data")
             data_paths.append(rel)
@@ -153,7 +153,7 @@ def _episode_paths(
             for cam in camera_keys:  # this episode again, one path at a time: raises
                 del video_paths[cam][k:]
                 video_paths[cam].append(
-                    _format_path(
+                    format_path(
                         video_tpl,  # type: ignore[arg-type]
                         root,
                         what="video",
@@ -165,7 +165,7 @@ def _episode_paths(
                 )
             del data_paths[k:]
             data_paths.append(
-                _format_path(
+                format_path(
                     data_tpl, root, what="data", episode=e, episode_chunk=chunk, episode_index=e
                 )
             )
@@ -224,7 +224,7 @@ def _printf_paths(
     def fill(fmt: str, order: tuple[str, ...]) -> list[str] | None:
         cols = [values[k] for k in order]
         paths = [fmt % row for row in zip(*cols, strict=True)] if cols else [fmt % ()] * len(ep)
-        return paths if _posix_inside(paths[0]) == paths[0] else None
+        return paths if posix_inside(paths[0]) == paths[0] else None
 
     videos = {cam: fill(*f) for cam, f in fmts.items()}  # type: ignore[misc]
     data = fill(*data_fmt)

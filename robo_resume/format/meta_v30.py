@@ -21,7 +21,7 @@ from ..errors import (
 )
 from .arrow_columns import plain_numpy
 from .episode_table import EpisodeTable, VideoColumns, take_ragged, task_columns
-from .meta_files import _format_path, _read_json, _tasks_tuple
+from .meta_files import format_path, read_json, tasks_tuple
 from .validate import (
     float_values,
     int_values,
@@ -29,7 +29,7 @@ from .validate import (
 )
 
 
-def _load_v30(
+def load_v30(
     root: Path, info: dict[str, Any], camera_keys: tuple[str, ...]
 ) -> tuple[EpisodeTable, tuple[str, ...]]:
     import pyarrow.parquet as pq
@@ -186,9 +186,9 @@ def _load_v30(
 
     tasks_path = root / "meta" / "tasks.parquet"
     if not tasks_path.is_file():
-        _read_json(tasks_path)  # standard MissingFileError
+        read_json(tasks_path)  # standard MissingFileError
     pairs = _task_pairs(tasks_path)
-    tasks = _tasks_tuple(pairs, tasks_path)
+    tasks = tasks_tuple(pairs, tasks_path)
     return columns, tasks
 
 
@@ -426,7 +426,7 @@ def _paths(
     pair_code = np.empty(len(order), dtype=np.int32)
     for r, k in enumerate(first[order].tolist()):
         try:
-            rel = _format_path(
+            rel = format_path(
                 template,
                 root,
                 what=what,

@@ -22,10 +22,10 @@ from ..errors import (
     describe,
 )
 from .arrow_columns import release_freed_memory
-from .meta_files import _check_unique, _load_info, _read_json
+from .meta_files import check_unique, load_info, read_json
 from .meta_types import SUPPORTED_VERSIONS, DatasetMeta, EpisodeInfo, VideoRef
-from .meta_v21 import _load_v21
-from .meta_v30 import _load_v30
+from .meta_v21 import load_v21
+from .meta_v30 import load_v30
 from .validate import (
     check_agreement,
 )
@@ -41,16 +41,16 @@ def load_metadata(root: str | Path) -> DatasetMeta:
     :class:`DatasetFormatError` for malformed ones; messages name the file and the fix.
     """
     root = Path(root).expanduser().resolve()
-    info = _load_info(root)
+    info = load_info(root)
     version = info["codebase_version"]
     features = info["features"]
     camera_keys = tuple(k for k, v in features.items() if v.get("dtype") == "video")
     stats_path = root / "meta" / "stats.json"
-    stats = _read_json(stats_path) if stats_path.is_file() else {}
+    stats = read_json(stats_path) if stats_path.is_file() else {}
     if version == "v3.0":
-        columns, tasks = _load_v30(root, info, camera_keys)
+        columns, tasks = load_v30(root, info, camera_keys)
     else:
-        columns, tasks = _load_v21(root, info, camera_keys)
+        columns, tasks = load_v21(root, info, camera_keys)
     if not len(columns):
         raise DatasetFormatError(
             describe(
@@ -62,7 +62,7 @@ def load_metadata(root: str | Path) -> DatasetMeta:
             )
         )
     release_freed_memory()  # leave only the columns resident (see there)
-    _check_unique(root, columns.episode_index)
+    check_unique(root, columns.episode_index)
     check_agreement(
         root, info, columns.episode_index, columns.length, columns.dataset_from_index
     )  # also refuses empty episodes (length < 1), naming the first

@@ -20,10 +20,10 @@ from .swscale import convert_gbrp, convert_gbrp_at, gbrp_writer
 
 __all__ = ["planar_rgb", "planar_rgb_rows"]
 
-_PLANAR_OK: dict[tuple[str, int, int], bool] = {}
+PLANAR_OK: dict[tuple[str, int, int], bool] = {}
 
 
-def _row_addresses(out: np.ndarray | None) -> tuple[int | None, int]:
+def row_addresses(out: np.ndarray | None) -> tuple[int | None, int]:
     """``(address of out[0], bytes from one row to the next)`` when :func:`planar_rgb` may
     write rows of ``out`` by address (C-contiguous uint8 frames along the first axis), else
     ``(None, 0)``."""
@@ -40,17 +40,17 @@ def _row_addresses(out: np.ndarray | None) -> tuple[int | None, int]:
 
 
 _ADDRESSES: dict[int, tuple[weakref.ref, int, int]] = {}
-""":func:`_row_addresses` of recent arrays, by ``id`` (checked against a weak reference, so a
+""":func:`row_addresses` of recent arrays, by ``id`` (checked against a weak reference, so a
 new array at a freed one's id is never taken for it): read-ahead converts about one frame per
 call into the same batch buffer, 30 calls a batch."""
 
 
-def _planar_writer(frame) -> Any:
+def planar_writer(frame) -> Any:
     """A :func:`~robo_resume.format.swscale.gbrp_writer` for frames like ``frame``, once
     :func:`planar_rgb` found that conversion equal to ``rgb24`` for their format and size;
     None otherwise (the frames then go through :func:`planar_rgb`)."""
     key = (frame.format.name, frame.width, frame.height)
-    return gbrp_writer(*key) if _PLANAR_OK.get(key) else None
+    return gbrp_writer(*key) if PLANAR_OK.get(key) else None
 
 
 def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
@@ -66,7 +66,7 @@ def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
     then skips the checks it already made).
     """
     key = (frame.format.name, frame.width, frame.height)
-    ok = _PLANAR_OK.get(key)
+    ok = PLANAR_OK.get(key)
     if ok and address is not None and convert_gbrp_at(frame, address, out.shape):
         return
     if ok is False:
@@ -80,8 +80,8 @@ def planar_rgb(frame, out: np.ndarray, address: int | None = None) -> None:
             out[dst] = np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:h, :w]
     if ok is None:
         reference = frame.to_ndarray(format="rgb24").transpose(2, 0, 1)
-        _PLANAR_OK[key] = bool(np.array_equal(reference, out))
-        if not _PLANAR_OK[key]:
+        PLANAR_OK[key] = bool(np.array_equal(reference, out))
+        if not PLANAR_OK[key]:
             out[...] = reference
 
 
@@ -92,11 +92,11 @@ def planar_rgb_rows(frames: Sequence[Any], out: np.ndarray, rows: Sequence[int])
     decodes; read-ahead converts its kept frames this way)."""
     if not len(frames):
         return
-    addr0, step = _row_addresses(out)
-    writer = _planar_writer(frames[0]) if addr0 is not None else None
+    addr0, step = row_addresses(out)
+    writer = planar_writer(frames[0]) if addr0 is not None else None
     for r, frame in zip(rows, frames, strict=True):
         if writer and writer(frame, addr0 + r * step):
             continue
         planar_rgb(frame, out[r], None if addr0 is None else addr0 + r * step)
         if writer is None and addr0 is not None:  # the first frame checked the format
-            writer = _planar_writer(frame) or False
+            writer = planar_writer(frame) or False

@@ -37,7 +37,7 @@ from ..errors import (
     VideoDecodeError,
     describe,
 )
-from .rgb import _planar_writer, _row_addresses, planar_rgb
+from .rgb import planar_rgb, planar_writer, row_addresses
 
 __all__ = [
     "VideoReader",
@@ -505,7 +505,7 @@ class VideoReader:
         if not pending:
             return out
 
-        addr0, step = _row_addresses(out) if channels_first else (None, 0)
+        addr0, step = row_addresses(out) if channels_first else (None, 0)
         writer: Any = None  # a gbrp_writer for the stream's frames once known good (else falsy)
         recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
         for k, end, frame, t in self._walk(
@@ -523,17 +523,17 @@ class VideoReader:
             if out is None:
                 h, w = frame.height, frame.width
                 out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
-                addr0, step = _row_addresses(out) if channels_first else (None, 0)
+                addr0, step = row_addresses(out) if channels_first else (None, 0)
             row = pending[k] if at is None else at[pending[k]]
             image = out[row]
             if channels_first:
                 address = None if addr0 is None else addr0 + row * step
                 if writer is None and address is not None:
-                    writer = _planar_writer(frame) or False
+                    writer = planar_writer(frame) or False
                 if not (writer and address is not None and writer(frame, address)):
                     planar_rgb(frame, image, address)
                     if writer is False and address is not None:  # asked once more: the
-                        writer = _planar_writer(frame) or 0  # first frame checked the format
+                        writer = planar_writer(frame) or 0  # first frame checked the format
             else:
                 image[...] = frame.to_ndarray(format="rgb24")
             for k2 in range(k + 1, end):  # the same frame asked for again

@@ -184,7 +184,7 @@ class Plan:
     def fingerprint(self) -> str:
         """:func:`plan_fingerprint` of the plan (computed once)."""
         if self._fingerprint is None:
-            self._fingerprint = _fingerprint_columns(
+            self._fingerprint = fingerprint_columns(
                 (self.episode_index, self.start, self.stop, self.dataset_from_index)
             )
         return self._fingerprint
@@ -384,7 +384,7 @@ _DIGITS4 = np.frombuffer(
 _POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
 
 
-def _fingerprint_columns(cols: Sequence[np.ndarray]) -> str:
+def fingerprint_columns(cols: Sequence[np.ndarray]) -> str:
     h = hashlib.sha256()
     if any(len(c) and int(c.min()) < 0 for c in cols):  # never in a real plan: the plain way
         for row in zip(*(c.tolist() for c in cols), strict=True):

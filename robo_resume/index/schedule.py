@@ -61,7 +61,7 @@ from .groups import (
 )
 from .plan import Chunk, Plan
 from .segments import NO_EPOCH, Segment, Segments
-from .topology import Topology, _positive_int, _ranks_apart, stream_lengths
+from .topology import Topology, positive_int, ranks_apart, stream_lengths
 
 __all__ = [
     "GROUP_ORDERS",
@@ -102,10 +102,10 @@ class ScheduleConfig:
     window: int = 0
 
     def __post_init__(self) -> None:
-        _positive_int("seed", self.seed, 0)
-        _positive_int("batch_size", self.batch_size, 1)
-        _positive_int("interleave", self.interleave, 1)
-        _positive_int("window", self.window, 0)
+        positive_int("seed", self.seed, 0)
+        positive_int("batch_size", self.batch_size, 1)
+        positive_int("interleave", self.interleave, 1)
+        positive_int("window", self.window, 0)
         if self.interleave_order not in GROUP_ORDERS:
             raise ValueError(
                 f"interleave_order must be one of {GROUP_ORDERS}; found {self.interleave_order!r}"
@@ -187,7 +187,7 @@ class Schedule:
         if config.tail == "keep":
             lengths = stream_lengths(self.total_frames, topology, b, infinite=False)
             if lengths is None:  # ranks cannot all get the same batch count: as near as can be
-                lengths = _ranks_apart(self.total_frames, topology, b)
+                lengths = ranks_apart(self.total_frames, topology, b)
             self.stream_frames = lengths
         else:
             unit = b if config.drop_last else 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .schedule import Schedule
-from .topology import _positive_int
+from .topology import positive_int
 
 __all__ = [
     "ResumeAt",
@@ -65,7 +65,7 @@ def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int 
     only) the first roles of a rank may yield one batch more than the others, which keeps the
     round-robin count exact.
     """
-    _positive_int("batches", batches, 0)
+    positive_int("batches", batches, 0)
     topo, b, q = schedule.topology, schedule.config.batch_size, schedule.frames_per_stream
     w = topo.workers_per_rank
     if infinite:

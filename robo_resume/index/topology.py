@@ -13,7 +13,7 @@ import numpy as np
 __all__ = ["Topology", "stream_lengths"]
 
 
-def _positive_int(name: str, value: object, minimum: int) -> None:
+def positive_int(name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}; found {value!r}")
 
@@ -26,8 +26,8 @@ class Topology:
     num_workers: int = 0
 
     def __post_init__(self) -> None:
-        _positive_int("world_size", self.world_size, 1)
-        _positive_int("num_workers", self.num_workers, 0)
+        positive_int("world_size", self.world_size, 1)
+        positive_int("num_workers", self.num_workers, 0)
 
     @property
     def workers_per_rank(self) -> int:
@@ -116,7 +116,7 @@ def stream_lengths(
     return tuple(out)
 
 
-def _ranks_apart(total: int, topology: Topology, batch_size: int) -> tuple[int, ...]:
+def ranks_apart(total: int, topology: Topology, batch_size: int) -> tuple[int, ...]:
     """Tail "keep" when :func:`stream_lengths` finds no equal batch count per rank: the ranks
     get ``total // world_size`` frames each (the first ``total % world_size`` one more), and
     each rank splits its frames in the round-robin shape (always possible on one rank)."""

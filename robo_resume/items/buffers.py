@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 
-def _empty(shape: torch.Size, dtype: torch.dtype, shared: bool) -> torch.Tensor:
+def empty_like_batch(shape: torch.Size, dtype: torch.dtype, shared: bool) -> torch.Tensor:
     """An uninitialised tensor, in shared memory when ``shared`` (as default_collate does)."""
     if not shared:
         return torch.empty(shape, dtype=dtype)
@@ -91,14 +91,14 @@ def to_float(
     if out is not None:
         dst = out
     elif shared:
-        dst = _empty(src.shape, torch.float32, True)
+        dst = empty_like_batch(src.shape, torch.float32, True)
     else:
         dst = BUFFERS.empty(src.shape, torch.float32)
     np.divide(src.numpy(), np.float32(255), out=dst.numpy(), dtype=np.float32)
     return dst
 
 
-def _lerobot_dtype(values: np.ndarray) -> np.dtype | None:
+def lerobot_dtype(values: np.ndarray) -> np.dtype | None:
     """lerobot's dtype for a numpy column: floats float32, integers int64, bools bool."""
     kind = values.dtype.kind
     if kind == "f":
@@ -110,9 +110,9 @@ def _lerobot_dtype(values: np.ndarray) -> np.dtype | None:
     return None
 
 
-def _to_tensor(values: np.ndarray) -> torch.Tensor:
+def to_tensor(values: np.ndarray) -> torch.Tensor:
     """numpy -> torch with lerobot's dtypes: floats float32, integers int64, bools bool."""
-    dtype = _lerobot_dtype(values)
+    dtype = lerobot_dtype(values)
     if dtype is None:
         return torch.as_tensor(values)
     return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
@@ -142,9 +142,9 @@ def shared_views(specs: Mapping[str, tuple[Sequence[int], np.dtype]]) -> dict[st
     return out
 
 
-def _pack_shared(columns: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+def pack_shared(columns: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Numpy columns as lerobot-typed tensors in one shared-memory storage (see shared_views)."""
-    dtypes = {k: _lerobot_dtype(v) for k, v in columns.items()}
+    dtypes = {k: lerobot_dtype(v) for k, v in columns.items()}
     out = shared_views({k: (v.shape, dtypes[k]) for k, v in columns.items()})
     for k, v in columns.items():
         out[k].numpy()[...] = v

@@ -21,12 +21,12 @@ from ..format.validate import inside_root
 from ..format.video import VideoReader
 from .buffers import (
     BUFFERS,
-    _empty,
-    _lerobot_dtype,
-    _pack_shared,
-    _to_tensor,
+    empty_like_batch,
+    lerobot_dtype,
+    pack_shared,
     shared_views,
     to_float,
+    to_tensor,
 )
 from .options import IDLE_DECODERS, ItemOptions, delta_indices
 from .ranges import EpisodeRangeReader
@@ -310,7 +310,7 @@ class ItemBuilder(DecodingThreads):
                     if dtype is not None:
                         t = to_float(t, shared, out=(into or {}).get(key))
                     else:
-                        t = _empty(t.shape, torch.uint8, shared).copy_(t)
+                        t = empty_like_batch(t.shape, torch.uint8, shared).copy_(t)
                 else:
                     t = t.to(dtype) / 255 if dtype is not None else t.contiguous()
                     t = torch.stack([transform(img) for img in t])
@@ -319,12 +319,12 @@ class ItemBuilder(DecodingThreads):
                 out[key] = [tasks[i] for i in v.tolist()]
             elif key in self._strings:
                 out[key] = [str(x) for x in v.tolist()]
-            elif shared and _lerobot_dtype(v) is not None:
+            elif shared and lerobot_dtype(v) is not None:
                 out[key] = None  # packed below, in this place
             else:
-                out[key] = _to_tensor(v)
+                out[key] = to_tensor(v)
         if shared:
-            out.update(_pack_shared({k: raw[k] for k, v in out.items() if v is None}))
+            out.update(pack_shared({k: raw[k] for k, v in out.items() if v is None}))
         return out
 
     def camera_shape(self, camera: str) -> tuple[int, ...] | None:

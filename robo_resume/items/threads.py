@@ -54,7 +54,7 @@ def _mark_pool_thread() -> None:
     _ON_POOL.active = True
 
 
-def _balanced_runs(sizes: list[int], parts: int) -> list[tuple[int, int]]:
+def balanced_runs(sizes: list[int], parts: int) -> list[tuple[int, int]]:
     """Split ``range(len(sizes))`` into at most ``parts`` consecutive ``(start, stop)`` runs of
     about equal total size (each run non-empty; greedy: a run closes before the job that would
     take it further past its share of what is left than stopping short does)."""
@@ -151,7 +151,7 @@ class DecodingThreads:
         else:
             # two runs per thread: a thread that finished its first run takes another's
             weights = list(sizes) if sizes is not None else [1] * len(jobs)
-            runs = _balanced_runs(weights, 2 * threads)
+            runs = balanced_runs(weights, 2 * threads)
             if len(runs) < 2 and not background:
                 return inline()
 

@@ -21,7 +21,7 @@ from ..hub import resolve_dataset
 from ..items.names import renamed
 from ..mix import MixedDataset, MixSource
 from ..reader import LeRobotReader
-from ..state.fingerprint import ABOUT, _in_words
+from ..state.fingerprint import ABOUT, in_words
 from ..state.resume import ResumeState
 from ..stream.tuning import StreamTuning
 from .checkpoints import fresh_start
@@ -423,7 +423,7 @@ def refusal(
             if saved.batch_size is not None:  # elastic: another batch size is fine
                 expected["batch_size"] = saved.batch_size
             diff = saved.mismatches(expected)
-            words = _in_words(diff, expected, saved.fingerprint) if ABOUT in expected else ""
+            words = in_words(diff, expected, saved.fingerprint) if ABOUT in expected else ""
     if not diff:
         diff = [k for k in _DIFFERS if f"different '{k}'" in str(exc)]
     what = []

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DatasetFormatError, describe
-from .source import _VISUAL, MixSource
+from .source import VISUAL, MixSource
 
 
 def source_delta(
@@ -129,7 +129,7 @@ class SourceChecks:
                         "drop it from every source (keys={'<name>': None})",
                     )
                 )
-            kinds = {want["dtype"] in _VISUAL, got["dtype"] in _VISUAL}
+            kinds = {want["dtype"] in VISUAL, got["dtype"] in VISUAL}
             if len(kinds) > 1 or (not kinds.pop() and got["dtype"] != want["dtype"]):
                 problems.append(
                     describe(

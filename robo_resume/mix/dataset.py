@@ -95,18 +95,18 @@ from ..state.mix import MixState
 from ..state.resume import StreamCursor
 from ..stream.epochs import EpochTable
 from ..stream.front import batch_loader
-from ..stream.startup import _resolve_rank
+from ..stream.startup import resolve_rank
 from ..stream.tuning import StreamTuning
 from .checks import SourceChecks, source_delta
 from .levels import MixLevel
 from .order import MixOrder
 from .resume import MixPositions
 from .source import (
-    _SOURCE,
-    _VISUAL,
     EXHAUSTED,
     MAX_PERIOD,
     MIX_KEY,
+    SOURCE_SPAWN_KEY,
+    VISUAL,
     MixSource,
     default_period,
     round_counts,
@@ -199,7 +199,7 @@ class MixedDataset(IterableDataset):
         self.weights = weights
         self.counts = np.asarray(round_counts(weights, period), dtype=np.int64)
         self.order = MixOrder(seed, self.counts, period, infinite=self.infinite)
-        self.rank, self.world_size = _resolve_rank(rank, world_size)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
         self.datasets: list[ChunkedEpisodeDataset] = []
         for i, src in enumerate(sources):
             self.datasets.append(
@@ -235,7 +235,7 @@ class MixedDataset(IterableDataset):
                     fix="fix each of them (each says how), or leave the source out",
                 )
             )
-        self.camera_keys = tuple(k for k, v in self.features.items() if v["dtype"] in _VISUAL)
+        self.camera_keys = tuple(k for k, v in self.features.items() if v["dtype"] in VISUAL)
         self.fingerprint = {
             "sources": [ds.fingerprint["dataset"] for ds in self.datasets],
             "weights": weights,
@@ -275,7 +275,7 @@ class MixedDataset(IterableDataset):
     # -- layout --------------------------------------------------------------------------------
     def source_seed(self, i: int) -> int:
         """The seed of source ``i``'s dataset, derived from the mix seed (SeedSequence)."""
-        ss = np.random.SeedSequence(entropy=self.seed, spawn_key=(_SOURCE, i))
+        ss = np.random.SeedSequence(entropy=self.seed, spawn_key=(SOURCE_SPAWN_KEY, i))
         return int(ss.generate_state(1, dtype=np.uint32)[0])
 
     # -- the mix order and positions (robo_resume.mix.order, robo_resume.mix.resume) ----------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .source import _MIX
+from .source import MIX_SPAWN_KEY
 
 __all__ = ["MixOrder"]
 
@@ -38,7 +38,7 @@ class MixOrder:
         got = self._round_cache.get(key)
         if got is None:
             ss = np.random.SeedSequence(
-                entropy=self.seed, spawn_key=(_MIX, epoch, stream, round_index)
+                entropy=self.seed, spawn_key=(MIX_SPAWN_KEY, epoch, stream, round_index)
             )
             base = np.repeat(np.arange(self.num_sources, dtype=np.int64), self.counts)
             got = np.random.default_rng(ss).permutation(base)

@@ -26,8 +26,8 @@ MAX_PERIOD = 1000
 DEFAULT_PERIOD = 100
 
 
-_MIX, _SOURCE = 0x4D4958, 0x535243  # SeedSequence spawn keys ("MIX", "SRC")
-_VISUAL = ("video", "image")
+MIX_SPAWN_KEY, SOURCE_SPAWN_KEY = 0x4D4958, 0x535243  # SeedSequence spawn keys ("MIX", "SRC")
+VISUAL = ("video", "image")
 
 
 @dataclass(frozen=True, init=False)

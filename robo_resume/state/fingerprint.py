@@ -12,7 +12,7 @@ from ..index.plan import PLAN_DIGEST_PREFIX, Plan, plan_fingerprint
 
 logger = logging.getLogger("robo_resume")
 
-_FIX = {
+FIX = {
     "dataset": "the state belongs to another dataset (its episodes or features differ); pass "
     "the root of the dataset the run was trained on, or start a new run without resume_state",
     "total_frames": "the state belongs to another dataset or episode selection; pass the same "
@@ -35,11 +35,11 @@ _FIX = {
     "batch_size": "pass the same batch_size as the run that saved the state (resume_step "
     "counts batches of that size); a resume_state may change it (elastic resume)",
 }
-_FIX_DEFAULT = (
+FIX_DEFAULT = (
     "construct the dataset with the same root, episodes, chunk_frames, seed, batch_size and "
     "schedule options as the run that saved the state"
 )
-_ESCAPE = (
+ESCAPE = (
     "; to resume anyway, accepting that frames may be replayed or lost, pass "
     "resume_strict=False to ChunkedEpisodeDataset (or MixedDataset): see the README, "
     "'When a resume is refused'"
@@ -55,7 +55,7 @@ _UNRECORDED = {
 """What a key a state does not record means (states written before the key existed)."""
 
 
-def _in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
+def in_words(keys: list[str], want: Mapping[str, Any], got: Mapping[str, Any]) -> str:
     """``seed 1 vs 0; episodes 0-9 vs 0-7``: each differing key, this dataset's value first."""
     a, b = want.get(ABOUT) or {}, got.get(ABOUT) or {}
     out = []

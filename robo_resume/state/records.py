@@ -17,7 +17,7 @@ and far from int64's limit, so arithmetic on it (epochs x batches, shared int64 
 overflow."""
 
 
-def _int(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_STATE_INT) -> int:
+def as_int(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_STATE_INT) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise ResumeStateError(
             describe(
@@ -30,9 +30,9 @@ def _int(name: str, value: Any, *, minimum: int = 0, maximum: int = MAX_STATE_IN
     return value
 
 
-def _workers(name: str, value: Any) -> int:
+def workers_of(name: str, value: Any) -> int:
     """A worker count: an int in ``[0, MAX_WORKERS]``, the limit named in the message."""
-    _int(name, value)
+    as_int(name, value)
     if value > MAX_WORKERS:
         raise ResumeStateError(
             describe(
@@ -61,7 +61,7 @@ SKIP_RECORD_KEYS = (
 """Keys of a skipped-chunk record (ints, except ``file``: str or None, ``error``: str)."""
 
 
-def _skip_record(r: Any) -> dict[str, Any]:
+def skip_record(r: Any) -> dict[str, Any]:
     ok = isinstance(r, Mapping) and all(k in r for k in SKIP_RECORD_KEYS)
     if ok:
         ints = SKIP_RECORD_KEYS[:8]
@@ -82,7 +82,7 @@ def _skip_record(r: Any) -> dict[str, Any]:
     return {k: r[k] for k in SKIP_RECORD_KEYS}
 
 
-def _skipped_list(value: Any) -> tuple[dict[str, Any], ...]:
+def skipped_list(value: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(value, list | tuple):
         raise ResumeStateError(
             describe(
@@ -91,10 +91,10 @@ def _skipped_list(value: Any) -> tuple[dict[str, Any], ...]:
                 found=repr(value)[:80],
             )
         )
-    return tuple(_skip_record(r) for r in value)
+    return tuple(skip_record(r) for r in value)
 
 
-def _merge_skipped(a: Any, b: Any) -> tuple[dict[str, Any], ...]:
+def merge_skipped(a: Any, b: Any) -> tuple[dict[str, Any], ...]:
     """Union of two ranks' skip records, in (epoch, rank, role, chunk, start) order."""
     seen = {}
     for r in (*a, *b):
@@ -102,7 +102,7 @@ def _merge_skipped(a: Any, b: Any) -> tuple[dict[str, Any], ...]:
     return tuple(seen[k] for k in sorted(seen, key=lambda k: (k[0], k[3], k[4], k[1], k[2])))
 
 
-def _elastic(value: Any) -> dict[str, Any]:
+def elastic_record(value: Any) -> dict[str, Any]:
     """``elastic_epoch`` and ``origin`` from a state dict's ``elastic`` entry (validated)."""
     if value is None:
         return {}
@@ -125,13 +125,13 @@ def _elastic(value: Any) -> dict[str, Any]:
         if not isinstance(lv, Mapping):
             raise bad("a level that is not a dict")
         try:
-            cursors = tuple(tuple(_int("elastic.cursor", x) for x in c) for c in lv["cursors"])
+            cursors = tuple(tuple(as_int("elastic.cursor", x) for x in c) for c in lv["cursors"])
             level = Level(
-                _int("elastic.world_size", lv["world_size"], minimum=1),
-                _workers("elastic.num_workers", lv["num_workers"]),
-                _int("elastic.batch_size", lv["batch_size"], minimum=1),
+                as_int("elastic.world_size", lv["world_size"], minimum=1),
+                workers_of("elastic.num_workers", lv["num_workers"]),
+                as_int("elastic.batch_size", lv["batch_size"], minimum=1),
                 cursors,
-                None if lv["epoch"] is None else _int("elastic.epoch", lv["epoch"]),
+                None if lv["epoch"] is None else as_int("elastic.epoch", lv["epoch"]),
             )
         except ResumeStateError:
             raise
@@ -142,7 +142,7 @@ def _elastic(value: Any) -> dict[str, Any]:
         levels.append(level)
     if not levels:
         raise bad("an empty origin")
-    return {"elastic_epoch": _int("elastic.epoch", value.get("epoch")), "origin": tuple(levels)}
+    return {"elastic_epoch": as_int("elastic.epoch", value.get("epoch")), "origin": tuple(levels)}
 
 
 def check_resume_step(step: Any, batch_size: int) -> int:

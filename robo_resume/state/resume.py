@@ -50,16 +50,16 @@ from typing import Any
 
 from ..errors import ResumeStateError, describe
 from ..index.elastic import Level
-from .fingerprint import _ESCAPE, _FIX, _FIX_DEFAULT, ABOUT, _in_words
+from .fingerprint import ABOUT, ESCAPE, FIX, FIX_DEFAULT, in_words
 from .records import (
     MAX_STATE_INT,
     MAX_WORKERS,
-    _elastic,
-    _int,
-    _merge_skipped,
-    _skip_record,
-    _skipped_list,
-    _workers,
+    as_int,
+    elastic_record,
+    merge_skipped,
+    skip_record,
+    skipped_list,
+    workers_of,
 )
 from .versions import (
     KIND_DATASET,
@@ -68,8 +68,8 @@ from .versions import (
     STATE_FORMAT,
     STATE_VERSION,
     UNKNOWN_LIBRARY_VERSION,
-    _migrate,
     library_version,
+    migrate,
 )
 
 __all__ = [
@@ -170,7 +170,7 @@ class ResumeState:
         )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "skipped", tuple(_skip_record(r) for r in self.skipped))
+        object.__setattr__(self, "skipped", tuple(skip_record(r) for r in self.skipped))
         if not isinstance(self.fingerprint, Mapping):
             raise ResumeStateError(
                 describe(
@@ -179,9 +179,9 @@ class ResumeState:
                     found=type(self.fingerprint).__name__,
                 )
             )
-        _int("world_size", self.world_size, minimum=1)
-        _workers("num_workers", self.num_workers)
-        _int("batches", self.batches)
+        as_int("world_size", self.world_size, minimum=1)
+        workers_of("num_workers", self.num_workers)
+        as_int("batches", self.batches)
         streams = max(self.num_workers, 1)
         seen: set[tuple[int, int]] = set()
         for c in self.cursors:
@@ -291,7 +291,7 @@ class ResumeState:
                     "written by save_state",
                 )
             )
-        data = _migrate(data)
+        data = migrate(data)
         if data.get("kind") != KIND_DATASET:
             raise ResumeStateError(
                 describe(
@@ -335,13 +335,13 @@ class ResumeState:
             fingerprint=data["fingerprint"]
             if not isinstance(data["fingerprint"], Mapping)
             else dict(data["fingerprint"]),
-            world_size=_int("world_size", data["world_size"], minimum=1),
-            num_workers=_workers("num_workers", data["num_workers"]),
-            batches=_int("batches", data["batches"]),
+            world_size=as_int("world_size", data["world_size"], minimum=1),
+            num_workers=workers_of("num_workers", data["num_workers"]),
+            batches=as_int("batches", data["batches"]),
             cursors=tuple(StreamCursor(*c) for c in cursors),
             library_version=lib,
-            skipped=_skipped_list(data.get("skipped", [])),
-            **_elastic(data.get("elastic")),
+            skipped=skipped_list(data.get("skipped", [])),
+            **elastic_record(data.get("elastic")),
         )
 
     def mismatches(self, expected: Mapping[str, Any]) -> list[str]:
@@ -374,11 +374,11 @@ class ResumeState:
             others = [k for k in diff if k != key]
             msg = describe(
                 f"The resume state was made for a different '{key}' (this dataset vs the "
-                f"state: {_in_words(diff if strict else [key], expected, self.fingerprint)})",
+                f"state: {in_words(diff if strict else [key], expected, self.fingerprint)})",
                 expected=f"{key}={want!r} (this dataset)",
                 found=f"{key}={got!r} (the state)"
                 + (f"; other differing fields: {others}" if others and strict else ""),
-                fix=_FIX.get(key, _FIX_DEFAULT) + (_ESCAPE if strict else ""),
+                fix=FIX.get(key, FIX_DEFAULT) + (ESCAPE if strict else ""),
             )
             if strict:
                 raise ResumeStateError(msg)
@@ -438,7 +438,7 @@ class ResumeState:
             batches=max(self.batches, other.batches),
             cursors=tuple(sorted(best.values())),
             library_version=self.library_version,
-            skipped=_merge_skipped(self.skipped, other.skipped),
+            skipped=merge_skipped(self.skipped, other.skipped),
             elastic_epoch=self.elastic_epoch,
             origin=self.origin,
         )

@@ -38,7 +38,7 @@ def library_version() -> str:
     return __version__
 
 
-def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
+def migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """Bring a state dict to :data:`STATE_VERSION`, or refuse it (see the module docstring)."""
     version = data.get("version")
     if version == STATE_VERSION and not isinstance(version, bool):

@@ -1,5 +1,5 @@
 """Blocks and batches inside a worker: the contiguous frame blocks a stream reads, the
-shared-memory ring the frames are decoded into (:class:`_BatchTarget`), and their assembly
+shared-memory ring the frames are decoded into (:class:`BatchTarget`), and their assembly
 into batches; skip records for ``on_error="skip"``."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .epochs import WorkerEpoch
 
 RING = 4
 """Shared-memory batch buffers a DataLoader worker of :meth:`ChunkedEpisodeDataset.dataloader`
-reuses in turn (see :class:`_BatchTarget`): writing into fresh shared memory costs more per
+reuses in turn (see :class:`BatchTarget`): writing into fresh shared memory costs more per
 frame than decoding it at 480x640, because the kernel faults in and zeroes every page."""
 
 
@@ -51,7 +51,7 @@ class StreamRun:
 
 
 @dataclass
-class _Block:
+class Block:
     """``size`` consecutive frames of a stream: numpy parts, each with its rows in the block
     (None: all rows), and the cursors ``(size, 5)``. An empty block marks the stream's end.
 
@@ -71,7 +71,7 @@ class _Block:
         return self.size if self.kept is None else self.kept
 
 
-def _streaming_error(exc: Exception, where: str) -> Exception:
+def streaming_error(exc: Exception, where: str) -> Exception:
     """``exc``'s type and message plus what the stream was reading (for on_error="raise")."""
     msg = (
         f"{exc} Raised while streaming {where}. To train on without the chunks whose files "
@@ -83,7 +83,7 @@ def _streaming_error(exc: Exception, where: str) -> Exception:
         return exc
 
 
-def _skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, role: int):
+def skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, role: int):
     """The JSON-safe record of a skipped segment (see :data:`SKIPPED_KEY`)."""
     text = str(exc)
     found = re.search(r"At file (.+?)(?:, episode \d+|, frame \d+)*\.(?: |$)", text)
@@ -101,7 +101,7 @@ def _skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, ro
     }
 
 
-def _discard(reader: Any) -> None:
+def discard(reader: Any) -> None:
     """Close a failed reader's decoders instead of keeping them for reuse."""
     if reader is None:
         return
@@ -111,12 +111,12 @@ def _discard(reader: Any) -> None:
             v.close()
 
 
-def _in_worker() -> bool:
+def in_worker() -> bool:
     return get_worker_info() is not None
 
 
 @contextlib.contextmanager
-def _torch_threads():
+def torch_threads():
     """One torch thread while building a batch in the main process (no-op in workers).
 
     The per-batch conversions are small memory-bound copies: with several torch threads on a
@@ -189,7 +189,7 @@ class _PlainRing:
         return {c: t[:] for c, t in bufs.items()}, (flag, token)
 
 
-def _plain_ring(
+def plain_ring(
     rings: dict[tuple[str, int], _PlainRing], items: Any, size: int, final: bool
 ) -> _PlainRing | None:
     """The worker's :class:`_PlainRing` in ``rings`` for batches of ``size`` (uint8 cameras
@@ -205,7 +205,7 @@ def _plain_ring(
     return rings[key]
 
 
-class _BatchTarget:
+class BatchTarget:
     """The camera buffers of the batch being built, which the blocks decode straight into.
 
     ``final`` buffers are the batch's own tensors (uint8 output without transforms): shared
@@ -240,7 +240,7 @@ class _BatchTarget:
         self.have = 0  # positions the consumer received of the batch it builds
         self.fill = 0  # positions the producer planned of the batch it fills
         self.depth = 1  # batches whose buffers may be in use at once (2: a block read early)
-        self.overlap: Any = None  # with depth 2: a group_read._Overlap (read early now?)
+        self.overlap: Any = None  # with depth 2: a group_read.Overlap (read early now?)
         self._filled = 0  # batches filled so far (which scratch buffers the next one uses)
         self._done: deque[tuple[Any, Any, Any]] = deque()  # filled, not yet taken
         self._bufs: dict[str, torch.Tensor] | None = None
@@ -311,7 +311,7 @@ class _BatchTarget:
             self.fill = 0
             self._filled += 1
 
-    def take(self, blocks: list[_Block]) -> dict[str, Any]:
+    def take(self, blocks: list[Block]) -> dict[str, Any]:
         """The batch's camera columns (tensors if final, else numpy) and a fresh start.
 
         The oldest filled batch's buffers, or (a short last batch) those being filled."""
@@ -346,8 +346,8 @@ class _BatchTarget:
         return out
 
 
-def _assemble(
-    blocks: list[_Block], empty: Callable[[], dict[str, np.ndarray]] | None = None
+def assemble(
+    blocks: list[Block], empty: Callable[[], dict[str, np.ndarray]] | None = None
 ) -> dict[str, np.ndarray]:
     """Numpy columns of consecutive blocks, each value copied once into place.
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..index.schedule import Group
-from .blocks import _BatchTarget, _Block, _discard, _skip_record, _streaming_error
+from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .read_ahead import take_ahead
 from .tuning import SKIP_ERRORS
 
@@ -26,7 +26,7 @@ class _AfterFailure(Exception):
 class _Lanes:
     """The reads of a group's segments in order, one at a time per segment, across blocks.
 
-    With two blocks in flight (``_BatchTarget.depth`` 2) a segment's next read may be picked
+    With two blocks in flight (``BatchTarget.depth`` 2) a segment's next read may be picked
     by one decoding thread while its previous read still runs on another; :meth:`run` makes
     it wait for its turn (the order :meth:`ticket` s were given in, on the stream's thread).
     Once a read of a segment failed, its later reads do not run (they raise
@@ -77,7 +77,7 @@ class _Lanes:
                     cv.notify_all()
 
 
-class _Overlap:
+class Overlap:
     """Whether a ``num_workers=0`` stream reads its next block in the background now.
 
     With one decoding thread (frames below ``THREADS_FROM_PIXELS``) the background read pays
@@ -115,9 +115,9 @@ class _Overlap:
 class GroupRead:
     """The blocks of one group's frames from ``offset`` on (numpy parts, emission order).
 
-    Iterating yields :class:`~robo_resume.stream.blocks._Block` s; each holds at most
+    Iterating yields :class:`~robo_resume.stream.blocks.Block` s; each holds at most
     ``block_frames`` frames per open segment and never crosses the batch ``target`` (a
-    :class:`~robo_resume.stream.blocks._BatchTarget`) fills: camera frames are decoded into
+    :class:`~robo_resume.stream.blocks.BatchTarget`) fills: camera frames are decoded into
     its buffers at the block's positions in the batch and left out of the parts. ``items`` is
     the dataset's :class:`~robo_resume.items.builder.ItemBuilder`; ``head`` the cursor's
     ``(rank, role, num_workers, epoch)``; ``bad[j]`` the first frame of segment ``j`` not to
@@ -151,7 +151,7 @@ class GroupRead:
         offset: int,
         *,
         head: tuple[int, int, int, int],
-        target: _BatchTarget,
+        target: BatchTarget,
         skip: bool,
         bad: list[int],
         ahead: int,
@@ -173,7 +173,7 @@ class GroupRead:
         self.overlap = target.overlap
         self.lanes = _Lanes(k) if self.early else None
 
-    def __iter__(self) -> Iterator[_Block]:
+    def __iter__(self) -> Iterator[Block]:
         order = self.group.order
         flight: deque = deque()  # planned blocks whose reads may still run
         try:
@@ -266,7 +266,7 @@ class GroupRead:
         )
         return n, jobs, opened, todo, wait
 
-    def _finish(self, n, jobs, opened, todo, outcome) -> _Block:
+    def _finish(self, n, jobs, opened, todo, outcome) -> Block:
         """The block of a plan whose reads ended: raise or skip failures, close segments."""
         segs, bad, readers, position = self.segs, self.bad, self.readers, self.position
         epoch, rank, role = int(self.head[3]), int(self.head[0]), int(self.head[1])
@@ -290,11 +290,11 @@ class GroupRead:
                         f"{position + int(rows[0])})"
                     )
                     if not self.skip:
-                        raise _streaming_error(exc, where) from exc
-                    _discard(readers[j])  # its later reads do not run (see _Lanes)
+                        raise streaming_error(exc, where) from exc
+                    discard(readers[j])  # its later reads do not run (see _Lanes)
                     readers[j], bad[j], good = None, first, 0
                     skip_epoch = epoch if seg.epoch is None else seg.epoch
-                    events.append(_skip_record(exc, seg, first, skip_epoch, rank, role))
+                    events.append(skip_record(exc, seg, first, skip_epoch, rank, role))
                 else:
                     parts.append((raw, None if good == n else rows[:good]))
             if good < c:
@@ -313,4 +313,4 @@ class GroupRead:
         cursor[:, :4] = self.head
         cursor[:, 4] = np.arange(position + 1, position + n + 1)
         self.position = position + n
-        return _Block(n, parts, cursor, kept, events, keep)
+        return Block(n, parts, cursor, kept, events, keep)

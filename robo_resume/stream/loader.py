@@ -28,7 +28,7 @@ from ..workers import check_worker_start, start_method, worker_death_hint
 from .blocks import RING
 
 
-class _Batches(IterableDataset):
+class DatasetBatches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
     def __init__(self, dataset: Any, image_dtype: str | None = None) -> None:
@@ -58,7 +58,7 @@ class BatchLoader(torch.utils.data.DataLoader):
     as converting in the worker.
     """
 
-    def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
+    def __init__(self, dataset: DatasetBatches, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
         self._live_len: int | None = None  # length of the iteration under way
         self._iterations = 0  # iter() calls, for epochs()
@@ -133,7 +133,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         length = len(self) if source is not None and not source.infinite else None
         ring = None
         # pinned batches are copies: the workers' ring slots would never be released
-        if isinstance(ds, _Batches) and self.num_workers > 0 and not self.pin_memory:
+        if isinstance(ds, DatasetBatches) and self.num_workers > 0 and not self.pin_memory:
             # one flag table per set of workers: persistent workers keep theirs, new workers
             # (and a second live iterator) get a new one, so two never share a slot's flag
             if ds.ring_flags is None or not self.persistent_workers:
@@ -155,7 +155,7 @@ class BatchLoader(torch.utils.data.DataLoader):
             if hinted is not None:
                 raise hinted from exc
             raise
-        it = _LoaderIterator(inner, self.float_keys, ring, owner=self)
+        it = LoaderIterator(inner, self.float_keys, ring, owner=self)
         self._live_len = it._length = length
         return it
 
@@ -254,7 +254,7 @@ def _release_when_dropped(
     release_when_dropped(batch, keys, free)
 
 
-class _LoaderIterator:
+class LoaderIterator:
     """:class:`BatchLoader`'s iterator: torch's, with float conversion and a hint on dead workers.
 
     Other attributes (``_workers``, ``__len__``, ...) are torch's iterator's.
@@ -271,7 +271,7 @@ class _LoaderIterator:
         self._skips = SkipLog()
         self._next = _in_process_batches(it) or it.__next__
 
-    def __iter__(self) -> _LoaderIterator:
+    def __iter__(self) -> LoaderIterator:
         return self
 
     def __next__(self) -> dict[str, Any]:

@@ -27,15 +27,15 @@ from ..items.options import IDLE_DECODERS
 from ..items.rows import block_items
 from ..keys import CURSOR_KEY, RELEASE_KEY, SKIPPED_KEY
 from .blocks import (
+    BatchTarget,
+    Block,
     StreamRun,
-    _assemble,
-    _BatchTarget,
-    _Block,
-    _in_worker,
-    _plain_ring,
-    _torch_threads,
+    assemble,
+    in_worker,
+    plain_ring,
+    torch_threads,
 )
-from .group_read import GroupRead, _Overlap
+from .group_read import GroupRead, Overlap
 from .positions import StreamPositions
 from .read_ahead import frames_ahead, held_bytes
 from .tuning import SKIP_ERRORS, StreamTuning
@@ -55,7 +55,7 @@ PLAIN_LOADER_NOTE = (
 THREADS_FROM_PIXELS = 128 * 128
 """Frame size (pixels, largest camera) from which a ``num_workers=0`` stream decodes the chunks
 of a batch on 2 threads (at least one per camera) by default; below it, on one thread (in the
-background while the consumer works between batches, see ``group_read._Overlap``). From
+background while the consumer works between batches, see ``group_read.Overlap``). From
 this size swscale's conversion releases the GIL too (``format/swscale._RELEASE_GIL_FROM``).
 Measured on this 2-core machine, quiet, in one process (alternating 10-batch blocks, 30
 rounds, uint8, 0 workers), time per sample with one thread against the previous default of
@@ -141,7 +141,7 @@ class StreamReader:
 
     def _configure_decoding(self) -> None:
         """Apply the decoding knobs of :class:`StreamTuning` for this process (see there)."""
-        worker = _in_worker()
+        worker = in_worker()
         t = self.tuning
         cams = len(self.meta.camera_keys)
         if t.camera_threads is not None:
@@ -200,26 +200,24 @@ class StreamReader:
         """
         self._configure_decoding()
         b = self.batch_size
-        pending: list[_Block] = []
-        shared = _in_worker()
+        pending: list[Block] = []
+        shared = in_worker()
         opts = self.items.options
         final = (image_dtype or opts.image_dtype) != "float32" and opts.image_transforms is None
-        target = _BatchTarget(
+        target = BatchTarget(
             self.items,
             b,
             shared=shared,
             final=final,
             ring=self._worker_ring(ring) if ring is not None and shared else None,
-            plain=_plain_ring(self._plain_rings, self.items, b, final)
-            if plain and shared
-            else None,
+            plain=plain_ring(self._plain_rings, self.items, b, final) if plain and shared else None,
         )
         # in the main process, the stream's next block decodes on the decoding threads while
         # this batch is assembled and used (in a worker, the other workers keep the cores busy);
         # with one decoding thread, only while the consumer spends time between batches
         if not shared:
             target.depth = 2
-            target.overlap = _Overlap(adaptive=self.items.camera_threads <= 1)
+            target.overlap = Overlap(adaptive=self.items.camera_threads <= 1)
         overlap, back = target.overlap, time.perf_counter()
         blocks = self._blocks(run, target)
         for block in blocks:
@@ -231,11 +229,11 @@ class StreamReader:
                 last = pending[-1].cursor[-1].tolist()
                 run.live["epoch"], run.live["position"] = last[3], last[4]
                 skipped = [r for blk in pending for r in blk.skipped]
-                cols = _assemble(pending, self._empty_columns)
+                cols = assemble(pending, self._empty_columns)
                 direct = target.take(pending)
                 if direct:  # cameras first, as in an item
                     cols = {**direct, **{k: v for k, v in cols.items() if k not in direct}}
-                with _torch_threads():
+                with torch_threads():
                     batch = self.items.finish(
                         cols, image_dtype=image_dtype, shared=shared, into=target.out
                     )
@@ -268,10 +266,10 @@ class StreamReader:
                     return {k: v[:0] for k, v in r.raw(range(1)).items()}
         return {}
 
-    def _blocks(self, run: StreamRun, target: _BatchTarget):
-        """The stream's :class:`_Block` s in emission order; an empty block ends the stream.
+    def _blocks(self, run: StreamRun, target: BatchTarget):
+        """The stream's :class:`Block` s in emission order; an empty block ends the stream.
 
-        ``target`` (a :class:`_BatchTarget`) bounds the blocks (never across its batches) and
+        ``target`` (a :class:`BatchTarget`) bounds the blocks (never across its batches) and
         takes the cameras' frames straight into its buffers. ``run.layout`` is a
         :class:`~robo_resume.index.elastic.Layout` (a remainder epoch after an elastic resume,
         then the schedule's epochs) or a plain :class:`Schedule`.
@@ -286,13 +284,13 @@ class StreamReader:
                 for group, offset in layout.iter_groups(epoch, stream, position):
                     yield from self._read_group(group, offset, role, num_workers, epoch, target)
             if not self.infinite:
-                yield _Block(0, [], np.zeros((0, 5), dtype=np.int64))
+                yield Block(0, [], np.zeros((0, 5), dtype=np.int64))
                 return
             epoch, position = epoch + 1, 0
 
     def _read_group(
         self, group: Group, offset: int, role: int, num_workers: int, epoch: int, target
-    ) -> Iterator[_Block]:
+    ) -> Iterator[Block]:
         """Blocks of the group's frames from ``offset`` on: a :class:`GroupRead` (see there), or
         for the shuffle order a :class:`~robo_resume.stream.window_read.WindowRead`."""
         if not group.keeps_frame_order:

@@ -39,7 +39,7 @@ def worker_context(method: str = "forkserver"):
     return mp.get_context(method)
 
 
-def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if rank is None or world_size is None:
         import torch.distributed as dist
 

@@ -27,7 +27,7 @@ from ..state.resume import MAX_WORKERS
 from ..state.stream_state import ELASTIC_FIX, check_stream_state
 from ..workers import check_worker_start
 from .blocks import RING
-from .loader import _Batches, _LoaderIterator
+from .loader import DatasetBatches, LoaderIterator
 
 __all__ = ["StatefulBatchLoader"]
 
@@ -43,7 +43,7 @@ class StatefulBatchLoader(StatefulDataLoader):
     :meth:`load_state_dict`.
     """
 
-    def __init__(self, dataset: _Batches, *, float_keys: Sequence[str] = (), **kwargs: Any):
+    def __init__(self, dataset: DatasetBatches, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
         super().__init__(dataset, batch_size=None, **kwargs)
 
@@ -88,7 +88,7 @@ class StatefulBatchLoader(StatefulDataLoader):
                 ds.ring_flags.share_memory_()
         if ds.ring_flags is not None:
             ring = (ds.ring_flags, tuple(ds.dataset.meta.camera_keys))
-        return _LoaderIterator(super().__iter__(), self.float_keys, ring)
+        return LoaderIterator(super().__iter__(), self.float_keys, ring)
 
 
 def _stream_states(state: Mapping[str, Any]) -> tuple[Any, list[Mapping[str, Any]]]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..format.rgb import planar_rgb_rows
 from ..index.groups import Group
-from .blocks import _BatchTarget, _Block, _discard, _skip_record, _streaming_error
+from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .tuning import SKIP_ERRORS
 
 __all__ = ["WindowRead"]
@@ -47,7 +47,7 @@ class WindowRead:
         offset: int,
         *,
         head: tuple[int, int, int, int],
-        target: _BatchTarget,
+        target: BatchTarget,
         skip: bool,
         bad: list[int],
     ) -> None:
@@ -76,7 +76,7 @@ class WindowRead:
             for cam in self.cameras
         }
 
-    def __iter__(self) -> Iterator[_Block]:
+    def __iter__(self) -> Iterator[Block]:
         i, n = self.offset, len(self.labels)
         try:
             while i < n:
@@ -103,7 +103,7 @@ class WindowRead:
             reader = self.items.episode_reader(seg.episode_index, seg.start, seg.stop)
             cols, cams = reader.hold(self.stores)
         except BaseException:
-            _discard(reader)  # a failed segment's decoders are closed, not reused
+            discard(reader)  # a failed segment's decoders are closed, not reused
             raise
         reader.close()  # its decoders go back to the builder for the next segments
         return cols, cams, reader.ep.length
@@ -125,11 +125,11 @@ class WindowRead:
                     f"frames {seg.start}..{seg.stop - 1} of episode {seg.episode_index} "
                     f"(chunk {seg.chunk_id}, epoch {epoch}, stream position {position})"
                 )
-                raise _streaming_error(exc, where) from exc
+                raise streaming_error(exc, where) from exc
             self.bad[j] = seg.start
             epoch = int(self.head[3]) if seg.epoch is None else seg.epoch
             events.append(
-                _skip_record(exc, seg, seg.start, epoch, int(self.head[0]), int(self.head[1]))
+                skip_record(exc, seg, seg.start, epoch, int(self.head[0]), int(self.head[1]))
             )
             return
         cols, cams, length = done
@@ -144,7 +144,7 @@ class WindowRead:
         for c, v in cols.items():
             table[c][at : at + len(v)] = v
 
-    def _block(self, i: int, n: int) -> _Block:
+    def _block(self, i: int, n: int) -> Block:
         labels = self.labels[i : i + n]
         offsets = self.offsets[i : i + n]
         events: list[dict[str, Any]] = []
@@ -187,7 +187,7 @@ class WindowRead:
         cursor[:, 4] = np.arange(self.position + 1, self.position + n + 1)
         self.position += n
         whole = len(kept) == n
-        return _Block(
+        return Block(
             n,
             [(cols, None)] if len(kept) else [],
             cursor,

@@ -9,23 +9,23 @@ from pathlib import Path
 import numpy as np
 
 from .truth import (
-    _COLS,
-    _HIGH,
-    _LOW,
-    _QUANTILES,
-    _ROWS,
+    COLS,
+    HIGH,
+    LOW,
+    QUANTILES,
+    ROWS,
     FactoryDataset,
-    _action_rows,
-    _bits,
-    _state_rows,
+    action_rows,
+    cell_bits,
+    state_rows,
 )
-from .video import _codec_options
+from .video import codec_options
 
 
 def _encoder_info(codec: str, gop: int) -> dict:
     """The encoder settings lerobot 0.6 records in a camera's ``info`` (``video.<field>`` of its
     ``VideoEncoderConfig``, in that order), with the values the factory really encodes with."""
-    options = dict(_codec_options(codec, gop))
+    options = dict(codec_options(codec, gop))
     g = int(options.pop("g"))
     crf = options.pop("crf", None)
     preset = options.pop("preset", None)
@@ -58,7 +58,7 @@ def _video_info(ds: FactoryDataset) -> dict:
     return {**info, **_encoder_info(ds.codec, ds.gop), "is_depth_map": False}
 
 
-def _features(ds: FactoryDataset) -> dict:
+def meta_features(ds: FactoryDataset) -> dict:
     # lerobot's order: the user features (state, action, cameras), then its default features.
     feats: dict = {
         "observation.state": {"dtype": "float32", "shape": [ds.state_dim], "names": None},
@@ -102,8 +102,8 @@ def _columns(ds: FactoryDataset, episodes: Sequence[int]) -> dict[str, np.ndarra
     fr = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])
     starts = np.repeat([ds.dataset_index(e, 0) for e in episodes], lengths).astype(np.int64)
     return {
-        "observation.state": _state_rows(ep, fr, ds.state_dim),
-        "action": _action_rows(ep, fr, ds.action_dim),
+        "observation.state": state_rows(ep, fr, ds.state_dim),
+        "action": action_rows(ep, fr, ds.action_dim),
         "timestamp": (fr.astype(np.float64) / ds.fps).astype(np.float32),
         "frame_index": fr,
         "episode_index": ep,
@@ -112,7 +112,7 @@ def _columns(ds: FactoryDataset, episodes: Sequence[int]) -> dict[str, np.ndarra
     }
 
 
-def _write_parquet(ds: FactoryDataset, episodes: Sequence[int], path: Path) -> None:
+def write_parquet(ds: FactoryDataset, episodes: Sequence[int], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -142,17 +142,17 @@ def _numeric_stats(values: np.ndarray, int_extremes: bool) -> dict[str, list]:
         "std": v.std(0).tolist(),
         "count": [len(values)],
     }
-    for q in _QUANTILES:
+    for q in QUANTILES:
         stats[f"q{round(q * 100):02d}"] = np.quantile(v, q, axis=0).tolist()
     return stats
 
 
 def _image_stats(high_fraction: np.ndarray) -> dict[str, list]:
-    """Exact per-channel stats in [0, 1] of frames made of _LOW and _HIGH pixels only.
+    """Exact per-channel stats in [0, 1] of frames made of LOW and HIGH pixels only.
 
-    ``high_fraction[i]`` is the fraction of frame i's pixels at _HIGH (before compression).
+    ``high_fraction[i]`` is the fraction of frame i's pixels at HIGH (before compression).
     """
-    lo, hi = _LOW / 255.0, _HIGH / 255.0
+    lo, hi = LOW / 255.0, HIGH / 255.0
     p = float(high_fraction.mean())
     mean = p * hi + (1 - p) * lo
     std = float(np.sqrt(max(0.0, p * hi * hi + (1 - p) * lo * lo - mean * mean)))
@@ -167,21 +167,21 @@ def _image_stats(high_fraction: np.ndarray) -> dict[str, list]:
         "std": chan(std),
         "count": [len(high_fraction)],
     }
-    for q in _QUANTILES:
+    for q in QUANTILES:
         stats[f"q{round(q * 100):02d}"] = chan(lo if q < 1 - p else hi)
     return stats
 
 
 def _high_fractions(ds: FactoryDataset, episode: int, camera: int) -> np.ndarray:
-    cell_share = (ds.height // _ROWS) * (ds.width // _COLS) / (ds.height * ds.width)
-    ones = [int(_bits(episode, f, camera).sum()) for f in range(ds.episode_lengths[episode])]
+    cell_share = (ds.height // ROWS) * (ds.width // COLS) / (ds.height * ds.width)
+    ones = [int(cell_bits(episode, f, camera).sum()) for f in range(ds.episode_lengths[episode])]
     return np.asarray(ones, dtype=np.float64) * cell_share
 
 
-def _all_stats(ds: FactoryDataset, episodes: Sequence[int]) -> dict[str, dict[str, list]]:
+def all_stats(ds: FactoryDataset, episodes: Sequence[int]) -> dict[str, dict[str, list]]:
     columns = _columns(ds, episodes)
     stats = {}
-    for key in _features(ds):  # lerobot writes stats in feature order
+    for key in meta_features(ds):  # lerobot writes stats in feature order
         if key in columns:
             stats[key] = _numeric_stats(columns[key], int_extremes=ds.version == "v2.1")
         else:

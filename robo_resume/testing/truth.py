@@ -14,13 +14,13 @@ import numpy as np
 CODECS = ("av1", "h264", "mpeg4")
 """Codecs :func:`make_dataset` can write (``video.codec`` in info.json)."""
 
-_ENCODER = {"av1": "libsvtav1", "h264": "libx264", "mpeg4": "mpeg4"}
-_ROWS, _COLS = 6, 8  # 48 cells: 14 bits episode, 16 bits frame, 2 bits camera, 16 bits checksum
-_LOW, _HIGH = 30, 225
+ENCODER = {"av1": "libsvtav1", "h264": "libx264", "mpeg4": "mpeg4"}
+ROWS, COLS = 6, 8  # 48 cells: 14 bits episode, 16 bits frame, 2 bits camera, 16 bits checksum
+LOW, HIGH = 30, 225
 MIN_CELL = 8
 """Smallest cell side in pixels: images must be at least ``6 * 8`` high and ``8 * 8`` wide."""
 MAX_EPISODES, MAX_FRAMES, MAX_CAMERAS = 2**14, 2**16, 4
-_QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class FactoryDataset:
 # --------------------------------------------------------------------------- tabular values
 
 
-def _state_rows(episodes: np.ndarray, frames: np.ndarray, dim: int) -> np.ndarray:
+def state_rows(episodes: np.ndarray, frames: np.ndarray, dim: int) -> np.ndarray:
     e = episodes.astype(np.float64)
     f = frames.astype(np.float64)
     out = np.empty((len(e), dim), dtype=np.float64)
@@ -73,7 +73,7 @@ def _state_rows(episodes: np.ndarray, frames: np.ndarray, dim: int) -> np.ndarra
     return out.astype(np.float32)
 
 
-def _action_rows(episodes: np.ndarray, frames: np.ndarray, dim: int) -> np.ndarray:
+def action_rows(episodes: np.ndarray, frames: np.ndarray, dim: int) -> np.ndarray:
     e = episodes.astype(np.float64)
     f = frames.astype(np.float64)
     out = np.empty((len(e), dim), dtype=np.float64)
@@ -89,7 +89,7 @@ def expected_state(episode_index: int, frame_index: int, dim: int) -> np.ndarray
     ``[episode, frame, 1000 * episode + frame, 0.5, 1.5, 2.5, ...]`` truncated to ``dim``; every
     value is exactly representable in float32 (episode < 16384, frame < 65536).
     """
-    return _state_rows(np.array([episode_index]), np.array([frame_index]), dim)[0]
+    return state_rows(np.array([episode_index]), np.array([frame_index]), dim)[0]
 
 
 def expected_action(episode_index: int, frame_index: int, dim: int) -> np.ndarray:
@@ -98,7 +98,7 @@ def expected_action(episode_index: int, frame_index: int, dim: int) -> np.ndarra
     ``[frame + 0.25, -episode, 0.125, 0.25, 0.375, ...]`` truncated to ``dim``; every value is
     exactly representable in float32.
     """
-    return _action_rows(np.array([episode_index]), np.array([frame_index]), dim)[0]
+    return action_rows(np.array([episode_index]), np.array([frame_index]), dim)[0]
 
 
 # --------------------------------------------------------------------------- pixel pattern
@@ -108,19 +108,19 @@ def _checksum(payload: int) -> int:
     return zlib.crc32(payload.to_bytes(4, "little")) & 0xFFFF
 
 
-def _bits(episode: int, frame: int, camera: int) -> np.ndarray:
+def cell_bits(episode: int, frame: int, camera: int) -> np.ndarray:
     payload = episode << 18 | frame << 2 | camera
     word = payload << 16 | _checksum(payload)
     return np.array([(word >> (47 - i)) & 1 for i in range(48)], dtype=np.uint8)
 
 
-def _check_size(height: int, width: int) -> None:
-    if height // _ROWS < MIN_CELL or width // _COLS < MIN_CELL:
+def check_size(height: int, width: int) -> None:
+    if height // ROWS < MIN_CELL or width // COLS < MIN_CELL:
         raise ValueError(
             f"Images of {height}x{width} are too small for the identity pattern; expected at "
-            f"least {_ROWS * MIN_CELL}x{_COLS * MIN_CELL} (height x width) so that each of the "
-            f"{_ROWS}x{_COLS} cells is {MIN_CELL}x{MIN_CELL} pixels or more. "
-            f"Fix: pass height>={_ROWS * MIN_CELL} and width>={_COLS * MIN_CELL}."
+            f"least {ROWS * MIN_CELL}x{COLS * MIN_CELL} (height x width) so that each of the "
+            f"{ROWS}x{COLS} cells is {MIN_CELL}x{MIN_CELL} pixels or more. "
+            f"Fix: pass height>={ROWS * MIN_CELL} and width>={COLS * MIN_CELL}."
         )
 
 
@@ -132,7 +132,7 @@ def frame_image(
     See the module docstring for the pattern. Raises ValueError when the image is smaller than
     48x64 or when ``episode_index >= 16384``, ``frame_index >= 65536`` or ``camera >= 4``.
     """
-    _check_size(height, width)
+    check_size(height, width)
     if not (
         0 <= episode_index < MAX_EPISODES
         and 0 <= frame_index < MAX_FRAMES
@@ -143,12 +143,12 @@ def frame_image(
             f"expected 0 <= episode < {MAX_EPISODES}, 0 <= frame < {MAX_FRAMES} and "
             f"0 <= camera < {MAX_CAMERAS}."
         )
-    levels = np.where(_bits(episode_index, frame_index, camera) == 1, _HIGH, _LOW)
-    block = levels.astype(np.uint8).reshape(_ROWS, _COLS)
-    ch, cw = height // _ROWS, width // _COLS
-    img = np.full((height, width, 3), _LOW, dtype=np.uint8)
+    levels = np.where(cell_bits(episode_index, frame_index, camera) == 1, HIGH, LOW)
+    block = levels.astype(np.uint8).reshape(ROWS, COLS)
+    ch, cw = height // ROWS, width // COLS
+    img = np.full((height, width, 3), LOW, dtype=np.uint8)
     grid = np.repeat(np.repeat(block, ch, axis=0), cw, axis=1)
-    img[: ch * _ROWS, : cw * _COLS] = grid[:, :, None]
+    img[: ch * ROWS, : cw * COLS] = grid[:, :, None]
     return img
 
 
@@ -184,11 +184,11 @@ def decode_frame_identity(image) -> tuple[int, int, int]:
     """
     a = _to_hwc_255(image)
     h, w = a.shape[:2]
-    _check_size(h, w)
+    check_size(h, w)
     gray = a.mean(axis=2)
-    ch, cw = h // _ROWS, w // _COLS
+    ch, cw = h // ROWS, w // COLS
     mh, mw = ch // 4, cw // 4
-    cells = gray[: ch * _ROWS, : cw * _COLS].reshape(_ROWS, ch, _COLS, cw)
+    cells = gray[: ch * ROWS, : cw * COLS].reshape(ROWS, ch, COLS, cw)
     means = cells[:, mh : ch - mh, :, mw : cw - mw].mean(axis=(1, 3))
     word = 0
     for bit in (means.reshape(-1) > 128).tolist():

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .truth import _ENCODER, FactoryDataset, frame_image
+from .truth import ENCODER, FactoryDataset, frame_image
 
 
-def _codec_options(codec: str, gop: int) -> dict[str, str]:
+def codec_options(codec: str, gop: int) -> dict[str, str]:
     if codec == "av1":
         # lerobot (0.4, 0.6) passes g, crf 30 and preset 12. At presets >= 10 SVT-AV1 barely codes
         # the non-reference frames of this pattern (they decode as copies of their neighbours'
@@ -67,7 +67,7 @@ def _encode_video(
     av.logging.set_level(av.logging.ERROR)  # x264 prints its settings and statistics otherwise
     try:
         with _own_scheduling(), av.open(str(path), "w") as out:
-            stream = out.add_stream(_ENCODER[codec], rate=fps, options=_codec_options(codec, gop))
+            stream = out.add_stream(ENCODER[codec], rate=fps, options=codec_options(codec, gop))
             stream.pix_fmt = "yuv420p"
             stream.width, stream.height = w, h
             if codec == "mpeg4":
@@ -90,7 +90,7 @@ def _frames(ds: FactoryDataset, episodes: Sequence[int], camera: int) -> Iterato
             yield frame_image(e, f, camera, ds.height, ds.width)
 
 
-def _write_videos(ds: FactoryDataset, episodes: Sequence[int], path_of_camera) -> None:
+def write_videos(ds: FactoryDataset, episodes: Sequence[int], path_of_camera) -> None:
     for c, cam in enumerate(ds.camera_keys):
         expected = sum(ds.episode_lengths[e] for e in episodes)
         path = path_of_camera(cam)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .meta import _all_stats, _features, _write_parquet
-from .truth import CODECS, MAX_CAMERAS, MAX_EPISODES, MAX_FRAMES, FactoryDataset, _check_size
-from .video import _write_videos
+from .meta import all_stats, meta_features, write_parquet
+from .truth import CODECS, MAX_CAMERAS, MAX_EPISODES, MAX_FRAMES, FactoryDataset, check_size
+from .video import write_videos
 
 
 def make_dataset(
@@ -44,7 +44,7 @@ def make_dataset(
 
     Cameras are ``observation.images.cam0`` .. ``cam{num_cameras - 1}`` (0 to 4). ``codec`` is
     "av1" (libsvtav1, crf 30 and lerobot's default ``gop=2``; preset 8, not lerobot's 12, see
-    ``_codec_options``), "h264"
+    ``codec_options``), "h264"
     (libx264 with no scene-cut keyframes) or "mpeg4"; keyframes come exactly every ``gop``
     frames of each mp4 (episodes sharing an mp4 are encoded as one stream). Frame ``i`` of an mp4
     is at ``i / fps`` seconds. Episode ``e`` has task ``tasks[e % len(tasks)]``. Data parquet
@@ -75,7 +75,7 @@ def make_dataset(
     if not 0 <= num_cameras <= MAX_CAMERAS:
         raise ValueError(f"num_cameras must be 0..{MAX_CAMERAS}; got {num_cameras}.")
     if num_cameras:
-        _check_size(height, width)
+        check_size(height, width)
     for name, value in (
         ("fps", fps),
         ("gop", gop),
@@ -118,7 +118,7 @@ def make_dataset(
             _write_v30(build, episodes_per_file, files_per_chunk, progress)
         else:
             _write_v21(build, files_per_chunk, progress)
-        stats = _all_stats(build, range(len(lengths)))
+        stats = all_stats(build, range(len(lengths)))
         (tmp / "meta" / "stats.json").write_text(json.dumps(stats, indent=4))
         if root.exists():
             shutil.rmtree(root)
@@ -147,8 +147,8 @@ def _write_v30(ds: FactoryDataset, per_file: int, per_chunk: int, progress: bool
     for number, eps in enumerate(groups):
         chunk, file = divmod(number, per_chunk)
         rel = f"chunk-{chunk:03d}/file-{file:03d}"
-        _write_parquet(ds, eps, ds.root / "data" / f"{rel}.parquet")
-        _write_videos(ds, eps, lambda cam, rel=rel: ds.root / "videos" / cam / f"{rel}.mp4")
+        write_parquet(ds, eps, ds.root / "data" / f"{rel}.parquet")
+        write_videos(ds, eps, lambda cam, rel=rel: ds.root / "videos" / cam / f"{rel}.mp4")
         _say(progress, f"wrote {rel} (episodes {eps[0]}..{eps[-1]}) of {ds.root}")
         offset = 0  # frames of the earlier episodes of this mp4
         for e in eps:
@@ -168,7 +168,7 @@ def _write_v30(ds: FactoryDataset, per_file: int, per_chunk: int, progress: bool
                 row[f"videos/{cam}/file_index"] = file
                 row[f"videos/{cam}/from_timestamp"] = offset / ds.fps
                 row[f"videos/{cam}/to_timestamp"] = (offset + length) / ds.fps
-            for key, stats in _all_stats(ds, [e]).items():
+            for key, stats in all_stats(ds, [e]).items():
                 for name, value in stats.items():
                     row[f"stats/{key}/{name}"] = value
             row["meta/episodes/chunk_index"] = 0
@@ -185,7 +185,7 @@ def _write_v30(ds: FactoryDataset, per_file: int, per_chunk: int, progress: bool
     info = {  # lerobot 0.6.1's key order
         "codebase_version": "v3.0",
         "fps": ds.fps,
-        "features": _features(ds),
+        "features": meta_features(ds),
         "total_episodes": n,
         "total_frames": ds.total_frames,
         "total_tasks": len(ds.tasks),
@@ -210,8 +210,8 @@ def _write_v21(ds: FactoryDataset, per_chunk: int, progress: bool) -> None:
     for e in range(n):
         chunk = e // per_chunk
         name = f"episode_{e:06d}"
-        _write_parquet(ds, [e], ds.root / "data" / f"chunk-{chunk:03d}" / f"{name}.parquet")
-        _write_videos(
+        write_parquet(ds, [e], ds.root / "data" / f"chunk-{chunk:03d}" / f"{name}.parquet")
+        write_videos(
             ds,
             [e],
             lambda cam, chunk=chunk, name=name: (
@@ -237,7 +237,7 @@ def _write_v21(ds: FactoryDataset, per_chunk: int, progress: bool) -> None:
     jsonl(meta / "tasks.jsonl", ({"task_index": i, "task": t} for i, t in enumerate(ds.tasks)))
     jsonl(
         meta / "episodes_stats.jsonl",
-        ({"episode_index": e, "stats": _all_stats(ds, [e])} for e in range(n)),
+        ({"episode_index": e, "stats": all_stats(ds, [e])} for e in range(n)),
     )
     info = {
         "codebase_version": "v2.1",
@@ -256,6 +256,6 @@ def _write_v21(ds: FactoryDataset, per_chunk: int, progress: bool) -> None:
             if ds.camera_keys
             else None
         ),
-        "features": _features(ds),
+        "features": meta_features(ds),
     }
     (meta / "info.json").write_text(json.dumps(info, indent=4))
