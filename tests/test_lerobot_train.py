@@ -608,6 +608,11 @@ def test_dataset_with_other_key_names_gets_the_rename_flag_which_trains(tmp_path
     _, text = train([*args, f"--data.features={flag.group(1)}", "--dataset.episodes=readable",
                      f"--output_dir={tmp_path / 'b'}"], zygote=zygotes[1])  # fmt: skip
     assert " step:1 " in text and "dataset.num_episodes=43" in text
+    # the resume keeps --data.features (and the episodes, in the config): no flag needed
+    resume = [a for a in args if not a.startswith("--steps")]
+    _, text = train([*resume, "--steps=2", f"--output_dir={tmp_path / 'b'}",
+                     *resume_args(tmp_path / "b")], zygote=zygotes[0])  # fmt: skip
+    assert "Resuming from" in text and " step:2 " in text, text[-3000:]
 
 
 @pytest.mark.slow(15)

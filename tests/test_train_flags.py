@@ -151,3 +151,20 @@ def test_python_advice_of_the_library_becomes_flags_under_train():
 
     assert "resume_strict=False" in ESCAPE
     assert "--data.resume_strict=false" in cli_advice(ESCAPE)
+
+
+def test_a_resume_keeps_the_checkpoints_data_flags_unless_given():
+    from robo_resume.lerobot_train.data_flags import DataOptions, split_data_args
+
+    saved = {"on_error": "skip", "features": {"actions": "action"}}
+    none, _ = split_data_args(["--steps=2"])
+    kept, notes = none.resumed(saved)
+    assert (kept.on_error, kept.features, notes) == ("skip", {"actions": "action"}, [])
+    given, _ = split_data_args(["--data.on_error=raise"])
+    kept, notes = given.resumed(saved)
+    assert (kept.on_error, kept.features) == ("raise", {"actions": "action"})
+    assert notes == ['--data.on_error="raise" overrides the checkpoint\'s "skip"']
+    # a checkpoint written before the flags were kept: the flags as given
+    assert DataOptions(on_error="skip").resumed(None) == (DataOptions(on_error="skip"), [])
+    # resume_strict is never taken from a checkpoint
+    assert "resume_strict" not in DataOptions().to_saved()

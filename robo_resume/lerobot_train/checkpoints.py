@@ -216,11 +216,13 @@ def save_atomic(
     stream: dict[str, Any] | None = None,
     files: dict[str, bytes] | None = None,
     samples: int | None = None,
+    data: dict[str, Any] | None = None,
 ) -> None:
     """lerobot's ``save_checkpoint`` into a hidden sibling, then rename, then move ``last``.
 
     ``samples``: frames trained so far by all processes, across resumes (kept in the options
     file for the log's sample and epoch counts after a resume).
+    ``data``: the ``--data.*`` flags a resume keeps (:meth:`.data_flags.DataOptions.to_saved`).
 
     Steps, each for a reason: (1) write everything into ``.STEP.partial-PID`` (a kill leaves
     only a hidden folder); (2) fsync every file and folder (the
@@ -264,6 +266,7 @@ def save_atomic(
                 "stream": stream,
                 "library": version(),
                 "samples": samples,
+                "data": data,
             }
         )
     )

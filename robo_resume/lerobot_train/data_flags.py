@@ -26,7 +26,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import describe
 from .options import TrainSetupError, own_flags, parse_features
@@ -54,12 +54,44 @@ class DataOptions:
         episodes: ``--dataset.episodes`` given as ``readable`` or a slice string such as
             ``train[:90%]`` (resolved by :func:`resolve_episodes`); None: not given, or given
             as indices, which lerobot's parser then holds.
+        given: the ``--data.*`` flags given on the command line (``on_error``,
+            ``resume_strict``, ``features``): a resume takes the others from its checkpoint
+            (:meth:`resumed`).
     """
 
     on_error: str = "raise"
     resume_strict: bool = True
     features: dict[str, str | None] | None = None
     episodes: str | None = None
+    given: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+
+    SAVED: ClassVar[tuple[str, ...]] = ("on_error", "features")
+    """The flags a checkpoint keeps (``resume_strict`` is a decision about one resume)."""
+
+    def to_saved(self) -> dict[str, Any]:
+        """What a checkpoint's ``options.json`` keeps of these flags."""
+        return {k: getattr(self, k) for k in self.SAVED}
+
+    def resumed(self, saved: Mapping[str, Any] | None) -> tuple[DataOptions, list[str]]:
+        """These flags for a resume of a checkpoint whose options held ``saved`` (None: a
+        checkpoint written before the flags were kept): flags not given take the saved
+        values. Returns the options and one note per flag given with another value than the
+        checkpoint's (the flag wins)."""
+        if not saved:
+            return self, []
+        taken: dict[str, Any] = {}
+        notes = []
+        for key in self.SAVED:
+            if key not in saved:
+                continue
+            if key not in self.given:
+                taken[key] = saved[key]
+            elif saved[key] != getattr(self, key):
+                notes.append(
+                    f"--data.{key}={json.dumps(getattr(self, key))} overrides the checkpoint's "
+                    f"{json.dumps(saved[key])}"
+                )
+        return dataclasses.replace(self, **taken), notes
 
     def __post_init__(self) -> None:
         if self.on_error not in ("raise", "skip"):
@@ -140,7 +172,7 @@ def split_data_args(argv: Sequence[str]) -> tuple[DataOptions, list[str]]:
         kwargs["episodes"] = selection
         if indices is not None:
             rest.append(f"{EPISODES_FLAG}=[{','.join(map(str, indices))}]")
-    return DataOptions(**kwargs), rest
+    return DataOptions(**kwargs, given=tuple(k for k in DATA_FLAGS if k in own)), rest
 
 
 # -- the library's advice as flags ----------------------------------------------------------------

@@ -22,7 +22,8 @@ robo_resume's data options (--data.*, and --dataset.episodes read first):
   --data.resume_strict=true|false  false resumes a checkpoint whose data state was saved for
                         other data or options. RISK: frames are then replayed or lost,
                         silently; each difference is logged as a warning
-  Give the --data.* flags again when resuming (--dataset.episodes is kept in the config).
+  A resume keeps --data.on_error and --data.features (and --dataset.episodes, in the
+  config); --data.resume_strict applies to the one resume it is given to.
 
 Several datasets (--mix.*; give --dataset.repo_id as a name for the run):
   --mix.roots=A,B / --mix.repo_ids=x/a,y/b  the sources (the policy's features: the first's)

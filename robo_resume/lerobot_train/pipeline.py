@@ -95,7 +95,10 @@ def train(
     resume_dir = Path(cfg.checkpoint_path) if cfg.resume else None
     saved = read_saved(resume_dir) if resume_dir is not None else {}
     mix = resolve_mix(mix, saved.get("options"))
-    data = data or DataOptions()
+    data, overridden = (data or DataOptions()).resumed((saved.get("options") or {}).get("data"))
+    if main_process:
+        for note in overridden:
+            log.info("resume: %s", note)
     mix = resolve_data(cfg, mix, data, log if main_process else None)
     if main_process and mix is not None:
         logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
@@ -290,6 +293,7 @@ def train(
                     stream=tuning,
                     files=files,
                     samples=samples,
+                    data=data.to_saved(),
                 )
             accelerator.wait_for_everyone()
     if progbar is not None:
