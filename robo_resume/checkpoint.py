@@ -139,11 +139,19 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
 
 
 def save_checkpoint(obj: Any, path: str | Path) -> Path:
-    """Save ``obj`` with ``torch.save`` to ``path`` atomically; returns the path.
+    """Save ``obj`` with ``torch.save`` to ``path`` atomically.
 
-    For tensors, dicts, lists, tuples, numbers and strings (state dicts, the step, the
-    tracker's state): what :func:`load_checkpoint` loads without ``trusted=True``. Other
-    objects are saved too, but loading them needs ``trusted=True``.
+    A crash while saving leaves the previous file at ``path`` intact.
+
+    Args:
+        obj: what to save. Tensors, dicts, lists, tuples, numbers and strings (state dicts,
+            the step, the tracker's state) are what :func:`load_checkpoint` loads without
+            ``trusted=True``. Other objects are saved too, but loading them needs
+            ``trusted=True``.
+        path: the file to write (replaced if it exists).
+
+    Returns:
+        The path written, as a :class:`~pathlib.Path`.
     """
     return atomic_write(path, lambda f: torch.save(obj, f))
 
@@ -153,10 +161,21 @@ def load_checkpoint(path: str | Path, *, trusted: bool = False) -> Any:
 
     The file is read with ``torch.load(..., weights_only=True)``: tensors, dicts, lists, tuples,
     numbers, strings and the like (what a checkpoint of model, optimizer, step and data state
-    holds) load; a file that would need to run pickled code (any other object) is refused with
-    :class:`~robo_resume.errors.CorruptFileError`, and nothing in it runs. ``trusted=True``
-    loads it with ``weights_only=False`` instead: only for a file you wrote yourself, since
-    loading it can run any code pickled into it.
+    holds) load; a file that would need to run pickled code (any other object) is refused, and
+    nothing in it runs.
+
+    Args:
+        path: a file written by :func:`save_checkpoint`.
+        trusted: load with ``weights_only=False`` instead: only for a file you wrote
+            yourself, since loading it can run any code pickled into it.
+
+    Returns:
+        The saved object, its tensors on the CPU.
+
+    Raises:
+        MissingFileError: ``path`` is not a file.
+        CorruptFileError: the file holds objects that safe loading refuses (without
+            ``trusted``).
     """
     path = Path(path)
     if not path.is_file():
@@ -190,9 +209,19 @@ def load_checkpoint(path: str | Path, *, trusted: bool = False) -> Any:
 
 
 def save_state(state: ResumeState | Mapping[str, Any], path: str | Path) -> Path:
-    """Save a resume state (a :class:`ResumeState` or ``tracker.state_dict()``) as JSON, atomically.
+    """Save a resume state as JSON, atomically.
 
     The state is validated first, so an invalid state never replaces a good file.
+
+    Args:
+        state: a :class:`ResumeState` or ``tracker.state_dict()``.
+        path: the file to write (replaced if it exists).
+
+    Returns:
+        The path written, as a :class:`~pathlib.Path`.
+
+    Raises:
+        ResumeStateError: ``state`` is not a valid resume state.
     """
     text = ResumeState.from_dict(state).to_json() + "\n"
     return atomic_write(path, lambda f: f.write(text.encode()))
@@ -201,9 +230,16 @@ def save_state(state: ResumeState | Mapping[str, Any], path: str | Path) -> Path
 def load_state(path: str | Path) -> ResumeState:
     """Load and validate a state written by :func:`save_state`.
 
-    Pass the result as ``ChunkedEpisodeDataset(..., resume_state=...)``. Raises
-    :class:`MissingFileError` for a missing file, :class:`CorruptFileError` for a file that is
-    not JSON, and :class:`ResumeStateError` (naming the file) for an invalid state.
+    Args:
+        path: a JSON file written by :func:`save_state`.
+
+    Returns:
+        The :class:`ResumeState`; pass it as ``ChunkedEpisodeDataset(..., resume_state=...)``.
+
+    Raises:
+        MissingFileError: ``path`` is not a file.
+        CorruptFileError: the file is not JSON.
+        ResumeStateError: the state is invalid (the message names the file).
     """
     path = Path(path)
     if not path.is_file():

@@ -81,15 +81,19 @@ torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
 
 
 def episode_spans(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSpans:
-    """The planning columns ``(episode_index, dataset_from_index, length)`` of ``episodes`` (in
-    that order; None: every episode, sorted), as int64 arrays: the one place the plan reads
-    ``meta``."""
+    """The planning columns ``(episode_index, dataset_from_index, length)`` of ``episodes``.
+
+    In that order (None: every episode, sorted), as int64 arrays: the one place the plan reads
+    ``meta``.
+    """
     return EpisodeSpans(*meta.spans(episodes))
 
 
 def window_lookback(meta: DatasetMeta, options: ItemOptions) -> int:
-    """Frames the first camera's delta window reaches back (0 without a window): how far
-    before a chunk's first frame its reads start, which keyframe cuts allow for."""
+    """Frames the first camera's delta window reaches back (0 without a window).
+
+    How far before a chunk's first frame its reads start, which keyframe cuts allow for.
+    """
     cams = meta.camera_keys
     window = (options.delta_timestamps or {}).get(cams[0]) if cams else None
     if not window:
@@ -122,12 +126,16 @@ class ChunkedEpisodeDataset(IterableDataset):
         resume_strict: False logs fingerprint mismatches between ``resume_state`` and this
             dataset as warnings instead of raising (an explicit escape hatch: resuming a state
             made for other data or options can replay or lose frames).
-        delta_timestamps, image_transforms, image_dtype: as in :class:`LeRobotReader`
-            (``delta_timestamps`` names renamed features by their new names).
+        delta_timestamps: as in :class:`LeRobotReader`, naming renamed features by their new
+            names.
+        image_transforms: as in :class:`LeRobotReader`.
+        image_dtype: as in :class:`LeRobotReader`.
         drop_last: make every stream's epoch a whole number of batches (pass the same value to
             the DataLoader; :meth:`dataloader` does).
         infinite: one endless iteration over consecutive epochs (step-based trainers).
-        rank, world_size: DDP position; default from ``torch.distributed`` when initialised.
+        rank: DDP rank; default from ``torch.distributed`` when initialised, else 0.
+        world_size: DDP world size; default from ``torch.distributed`` when initialised,
+            else 1.
         tuning: :class:`StreamTuning`.
         meta: the source's metadata when already loaded (skips reading ``meta/`` again).
         on_error: "raise" (default): a chunk whose files fail to read raises the error in the
@@ -143,11 +151,23 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     Every batch holds ``CURSOR_KEY``; pass batches through :class:`CursorTracker.consume` to
     record and strip it. Construct the dataset after ``init_process_group`` when using DDP.
+
+    Raises:
+        ValueError: an unknown ``on_error``, a ``batch_size`` that is not a positive int, a
+            ``resume_step`` that is not a multiple of it, ``StreamTuning(tail="keep")`` with
+            ``drop_last`` or ``infinite``, or an invalid source.
+        ResumeStateError: ``resume_state`` is invalid or made for another dataset, selection,
+            plan or seed (with ``resume_strict``).
+        DatasetFormatError: the dataset's metadata cannot be read (see
+            :func:`~robo_resume.format.metadata.load_metadata`).
     """
 
     positions_type: type[StreamPositions] = StreamPositions
-    """The positions class a dataset is built with (a subclass may change the arithmetic, as
-    :class:`robo_resume.audit.NaiveResumeDataset` does to show the original design's bug)."""
+    """The positions class a dataset is built with.
+
+    A subclass may change the arithmetic, as :class:`robo_resume.audit.NaiveResumeDataset` does
+    to show the original design's bug.
+    """
 
     def __init__(
         self,
@@ -259,10 +279,12 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     # -- pickling ------------------------------------------------------------------------------
     def __reduce_ex__(self, protocol: Any) -> Any:
-        """Pickled for a spawn or forkserver worker that is starting: the metadata columns, the
-        plan and the epoch layout go through shared memory, mapped read-only by the worker
-        instead of copied (:mod:`robo_resume.stream.shared_arrays`); any other pickling (a
-        file, ``copy``) is the usual self-contained one."""
+        """Pickled for a spawn or forkserver worker that is starting, through shared memory.
+
+        The metadata columns, the plan and the epoch layout go through shared memory, mapped
+        read-only by the worker instead of copied (:mod:`robo_resume.stream.shared_arrays`);
+        any other pickling (a file, ``copy``) is the usual self-contained one.
+        """
         shared = reduce_for_worker(self, self.__getstate__(), self._shared)
         return shared if shared is not None else super().__reduce_ex__(protocol)
 
@@ -277,9 +299,11 @@ class ChunkedEpisodeDataset(IterableDataset):
 
     @property
     def episodes(self) -> tuple[int, ...]:
-        """The selected episode indices, sorted and unique (what ``episodes=`` resolved to), as
-        a new tuple at each access: the dataset keeps them as an int64 array (8 MB at 10^6
-        episodes instead of about 40 MB of Python ints per process)."""
+        """The selected episode indices, sorted and unique (what ``episodes=`` resolved to).
+
+        A new tuple at each access: the dataset keeps them as an int64 array (8 MB at 10^6
+        episodes instead of about 40 MB of Python ints per process).
+        """
         return tuple(self.positions.episodes.tolist())
 
     @property
@@ -333,17 +357,34 @@ class ChunkedEpisodeDataset(IterableDataset):
     def use_resume_state(
         self, state: Mapping[str, Any] | ResumeState | None, *, strict: bool = True
     ) -> None:
-        """Resume from ``state`` (what ``resume_state=`` does): parse, check the fingerprint
-        (the batch size may differ: elastic resume) and forget plans made without it.
+        """Resume from ``state``, as ``resume_state=`` does.
 
-        For a caller that checks its own state first and hands the dataset its part (the
-        sources of :class:`robo_resume.mix.MixedDataset`); call it before any iteration.
+        Parse, check the fingerprint (the batch size may differ: elastic resume) and forget
+        plans made without it. For a caller that checks its own state first and hands the
+        dataset its part (the sources of :class:`robo_resume.mix.MixedDataset`); call it before
+        any iteration.
+
+        Args:
+            state: a resume state (dict or :class:`ResumeState`); None resumes nothing.
+            strict: False logs fingerprint mismatches as warnings instead of raising (as
+                ``resume_strict=``).
+
+        Raises:
+            ResumeStateError: the state is invalid, or (with ``strict``) made for another
+                dataset, selection, plan or seed.
         """
         self.positions.use_resume_state(state, strict=strict)
 
     # -- positions (pure arithmetic, robo_resume.stream.positions) -------------------------------
     def schedule(self, num_workers: int) -> Schedule:
-        """The pure schedule for this rank's DataLoader with ``num_workers`` workers."""
+        """The pure schedule for this rank's DataLoader with ``num_workers`` workers.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The :class:`~robo_resume.index.schedule.Schedule`.
+        """
         return self.positions.schedule(num_workers)
 
     def layout(self, num_workers: int) -> Layout:
@@ -352,27 +393,54 @@ class ChunkedEpisodeDataset(IterableDataset):
         The schedule's epochs, plus, after an elastic resume (a ``resume_state`` of another
         topology or batch size, or one saved during such a run's first epoch), the *remainder
         epoch*: what the interrupted epoch had left, re-partitioned over this topology.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The :class:`~robo_resume.index.layout.Layout`.
         """
         return self.positions.layout(num_workers)
 
     def elastic_origin(self, num_workers: int) -> tuple[int | None, tuple[Level, ...]]:
-        """``(remainder epoch label, origin levels)`` a state of this run must carry."""
+        """The elastic chain a state of this run must carry.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            ``(remainder epoch label, origin levels)``; ``(None, ())`` without an elastic
+            resume.
+        """
         return self.positions.elastic_origin(num_workers)
 
     def start_point(self, num_workers: int) -> StartPoint:
-        """Where this rank's streams start: a :class:`~robo_resume.index.start.StartPoint`
-        ``(rotation, [(epoch, position)] per role, batches)``.
+        """Where this rank's streams start.
 
         From ``resume_state`` when given (cursors), else from ``resume_step`` (arithmetic). New
         worker ``w`` plays role ``(w + rotation) % workers`` in the first iteration. After a
         topology or batch size change every role starts at position 0 of the remainder epoch
         (see :meth:`layout`), with rotation 0 and a batch count of 0.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            A :class:`~robo_resume.index.start.StartPoint`
+            ``(rotation, [(epoch, position)] per role, batches)``.
         """
         return self.positions.start_point(num_workers)
 
     def batches_per_epoch(self, num_workers: int) -> int:
-        """Batches this rank's DataLoader yields per epoch (equal on every rank, except with
-        ``StreamTuning(tail="keep")`` when the frames cannot be split so)."""
+        """Batches this rank's DataLoader yields per epoch.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The batch count, equal on every rank, except with ``StreamTuning(tail="keep")``
+            when the frames cannot be split so.
+        """
         return self.positions.batches_per_epoch(num_workers)
 
     def batches_next_iteration(self, num_workers: int) -> int:
@@ -380,7 +448,16 @@ class ChunkedEpisodeDataset(IterableDataset):
 
         The first iteration runs from :meth:`start_point` to the end of its epoch (a partial
         epoch after a resume; the remainder epoch after an elastic resume); later ones are
-        whole epochs of :meth:`layout`. Raises TypeError in infinite mode (no end).
+        whole epochs of :meth:`layout`.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The batch count.
+
+        Raises:
+            TypeError: in infinite mode (no end).
         """
         return self.positions.batches_next_iteration(num_workers, self.epochs)
 
@@ -390,19 +467,31 @@ class ChunkedEpisodeDataset(IterableDataset):
         Before the first iteration: the epoch the resume point stands in (0 without a resume;
         after a resume, the interrupted epoch, or the next one when the checkpoint was taken
         at its end; after an elastic resume, the remainder epoch's label, which is the
-        interrupted epoch's number). Then one more per iteration the loader started. Epoch
-        mode only (an infinite dataset has one endless iteration: TypeError). This is what
-        :meth:`BatchLoader.epochs` counts with, whatever topology the checkpoint had.
+        interrupted epoch's number). Then one more per iteration the loader started. This is
+        what :meth:`BatchLoader.epochs` counts with, whatever topology the checkpoint had.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The epoch number.
+
+        Raises:
+            TypeError: in infinite mode (an infinite dataset has one endless iteration).
         """
         return self.positions.next_epoch(num_workers, self.epochs)
 
     def share_schedule(self, num_workers: int) -> None:
-        """Compute the layout of the epoch the next iteration starts in, here, before the
-        DataLoader's workers start: they inherit it (fork) or map it from shared memory with
-        the dataset's other large arrays (spawn, forkserver:
-        :mod:`robo_resume.stream.shared_arrays`) instead of each computing it. What
+        """Compute the layout of the epoch the next iteration starts in, before workers start.
+
+        The workers inherit it (fork) or map it from shared memory with the dataset's other
+        large arrays (spawn, forkserver: :mod:`robo_resume.stream.shared_arrays`) instead of
+        each computing it. What
         :class:`~robo_resume.stream.loader.BatchLoader` calls per iteration; a remainder epoch
         (elastic resume) has no layout to share. The frames are the same either way.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
         """
         self.positions.share_schedule(num_workers, self.epochs)
 
@@ -441,15 +530,28 @@ class ChunkedEpisodeDataset(IterableDataset):
         ``batch_size`` would make from :meth:`__iter__`, built column by column instead of item
         by item and collated, which is several times cheaper per frame.
 
-        ``ring`` (for :class:`BatchLoader`, whose iterator frees the slots): a shared flag
-        table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come from a
-        ring of :data:`RING` shared-memory buffers, and each batch carries :data:`RELEASE_KEY`.
+        Args:
+            image_dtype: the camera tensors' dtype, "float32" or "uint8"; None: the
+                dataset's ``image_dtype``.
+            ring: (for :class:`BatchLoader`, whose iterator frees the slots) a shared flag
+                table ``(MAX_WORKERS, RING)``; in a DataLoader worker, camera buffers then come
+                from a ring of :data:`RING` shared-memory buffers, and each batch carries
+                :data:`RELEASE_KEY`.
+
+        Returns:
+            An iterator of batch dicts, each with ``CURSOR_KEY``.
+
+        Raises:
+            ValueError: more than :data:`MAX_WORKERS` DataLoader workers.
         """
         return self.reader.batches(self._start_stream(), image_dtype=image_dtype, ring=ring)
 
     def _start_stream(self) -> StreamRun:
-        """Where this worker's stream starts now: a StatefulDataLoader state it was given, the
-        resume point (first iteration), or the next epoch's start; marks the epoch table."""
+        """Where this worker's stream starts now; marks the epoch table.
+
+        A StatefulDataLoader state it was given, the resume point (first iteration), or the
+        next epoch's start.
+        """
         bind_to_trainer()  # a worker exits when the training process dies (stream/lifetime.py)
         freeze_inherited()  # and its full collections skip what it inherited
         info = get_worker_info()
@@ -498,8 +600,19 @@ class ChunkedEpisodeDataset(IterableDataset):
         touching the epoch table: the epoch ends the iterator in epoch mode, epochs follow each
         other in infinite mode; epochs are those of :meth:`layout` (a remainder epoch after an
         elastic resume). Used by :class:`robo_resume.mix.MixedDataset`, which decides itself
-        where each source's streams stand. ``log_resume`` logs the stream's ``resume:`` line,
-        ending with ``resume_label`` (the mix's source).
+        where each source's streams stand.
+
+        Args:
+            role: the stream's role among this rank's streams.
+            num_workers: the DataLoader's workers (0: the main process).
+            epoch: the epoch the stream stands in.
+            position: frames of ``epoch`` the stream already delivered.
+            image_dtype: as for :meth:`iter_batches`.
+            log_resume: log the stream's ``resume:`` line.
+            resume_label: what ends that line (the mix's source).
+
+        Returns:
+            An iterator of batch dicts, each with ``CURSOR_KEY``.
         """
         bind_to_trainer()
         freeze_inherited()
@@ -523,6 +636,9 @@ class ChunkedEpisodeDataset(IterableDataset):
         Carries the dataset fingerprint and topology of a ``resume_state``
         (:func:`robo_resume.state.stream_state.stream_state`), so :meth:`load_state_dict`
         refuses a state of another dataset, selection, seed or topology.
+
+        Returns:
+            A JSON-safe dict: the stream's role, topology, epoch and position.
         """
         return stream_state(self._live, self.fingerprint, self.world_size)
 
@@ -534,6 +650,13 @@ class ChunkedEpisodeDataset(IterableDataset):
         :class:`~robo_resume.errors.ResumeStateError` that ``resume_state=`` raises; another
         ``num_workers`` or world size raises one that names both topologies and how to resume
         elastically (with :meth:`tracker` and ``resume_state=``).
+
+        Args:
+            state: a :meth:`state_dict` value.
+
+        Raises:
+            ResumeStateError: the state is of another dataset, selection, plan, seed, batch
+                size or topology.
         """
         info = get_worker_info()
         if info is None:  # in a worker the main process's plan could not follow
@@ -555,16 +678,11 @@ class ChunkedEpisodeDataset(IterableDataset):
     ) -> torch.utils.data.DataLoader:
         """A DataLoader (:class:`BatchLoader`) yielding this dataset's batches.
 
-        ``stateful=True`` returns a torchdata ``StatefulDataLoader`` over the same whole
-        batches instead (:class:`robo_resume.stream.stateful.StatefulBatchLoader`): save its
-        ``state_dict()`` in the checkpoint, and its ``load_state_dict()`` refuses a state of
-        another dataset, selection, seed or topology with a ResumeStateError. Needs torchdata.
-
         The batches are what ``DataLoader(self, batch_size=self.batch_size,
         drop_last=self.drop_last)`` would yield, built whole in the workers (see
         :meth:`iter_batches`); with workers and float32 images, images cross to the main
         process as uint8 and are converted there (not with ``pin_memory=True``, where the
-        worker converts). Passing ``collate_fn`` gives a plain item DataLoader instead.
+        worker converts).
 
         Workers start with the method you choose: ``multiprocessing_context="fork"``,
         ``"spawn"``, ``"forkserver"`` or a context; without one, torch's default (``fork`` on
@@ -577,6 +695,26 @@ class ChunkedEpisodeDataset(IterableDataset):
         ``if __name__ == "__main__":``, an unpicklable transform or a function defined in a
         notebook raise :class:`~robo_resume.errors.WorkerStartError` before any worker starts
         (``robo_resume.workers``).
+
+        Args:
+            num_workers: DataLoader worker processes (0: load in the main process).
+            stateful: return a torchdata ``StatefulDataLoader`` over the same whole batches
+                instead (:class:`robo_resume.stream.stateful.StatefulBatchLoader`): save its
+                ``state_dict()`` in the checkpoint, and its ``load_state_dict()`` refuses a
+                state of another dataset, selection, seed or topology with a
+                ResumeStateError. Needs torchdata.
+            **kwargs: other DataLoader arguments (``pin_memory``, ``prefetch_factor``,
+                ``multiprocessing_context``, ...; ``collate_fn`` gives a plain item
+                DataLoader instead).
+
+        Returns:
+            The DataLoader.
+
+        Raises:
+            ValueError: ``kwargs`` sets ``batch_size``, ``drop_last``, ``shuffle``,
+                ``sampler`` or ``batch_sampler`` (the dataset sets them), or ``collate_fn``
+                with ``stateful=True``.
+            WorkerStartError: the workers cannot start as asked (see above).
         """
         for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler"):
             if bad in kwargs:
@@ -622,7 +760,11 @@ class ChunkedEpisodeDataset(IterableDataset):
         )
 
     def tracker(self) -> CursorTracker:
-        """A :class:`CursorTracker` for batches of this dataset."""
+        """A tracker for batches of this dataset.
+
+        Returns:
+            A new :class:`CursorTracker`.
+        """
         return CursorTracker(self)
 
     def __repr__(self) -> str:

@@ -70,7 +70,8 @@ def format_ranges(values: Iterable[int], limit: int | None = None) -> str:
     """Integers as sorted ranges for messages: ``[0, 1, 2, 3, 7, 9, 10]`` -> ``"0-3,7,9-10"``.
 
     With ``limit``, a longer text is cut after that many characters and ends with how many
-    integers there are, e.g. ``"0-3,7,9,... (1000 in all)"``."""
+    integers there are, e.g. ``"0-3,7,9,... (1000 in all)"``.
+    """
     array = values if isinstance(values, np.ndarray) else None
     if isinstance(values, list | tuple | range) and len(values):
         array = np.asarray(values)

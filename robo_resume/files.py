@@ -70,8 +70,11 @@ class FileCheck:
 
 
 def _open_video(path: Path, episode: int) -> None:
-    """Open the container and find a video stream; no decoder is opened (so this process
-    stays safe to fork DataLoader workers from, see ``decoded_in_this_process``)."""
+    """Open the container and find a video stream; no decoder is opened.
+
+    So this process stays safe to fork DataLoader workers from (see
+    ``decoded_in_this_process``).
+    """
     import av
 
     if not path.is_file():
@@ -116,10 +119,16 @@ def _open_video(path: Path, episode: int) -> None:
 def check_files(
     source: str | Path | DatasetMeta, episodes: Iterable[int] | None = None
 ) -> FileCheck:
-    """Check that the files of ``episodes`` (default: all) exist and open; see the module doc.
+    """Check that the files of ``episodes`` exist and open; see the module doc.
 
-    ``source`` is a dataset root or its :class:`DatasetMeta`. Nothing is decoded; each file is
-    opened once however many episodes share it.
+    Nothing is decoded; each file is opened once however many episodes share it.
+
+    Args:
+        source: a dataset root or its :class:`DatasetMeta`.
+        episodes: the episode indices to check; None: all.
+
+    Returns:
+        A :class:`FileCheck`: the checked and readable episodes and the files that failed.
     """
     meta = source if isinstance(source, DatasetMeta) else load_metadata(source)
     chosen = (
@@ -164,12 +173,21 @@ def check_files(
 def readable_episodes(
     source: str | Path | DatasetMeta, episodes: Iterable[int] | None = None
 ) -> tuple[int, ...]:
-    """Episodes (of ``episodes``, default all) whose files all exist and open, sorted.
+    """Episodes whose files all exist and open, sorted.
 
     Usable as ``ChunkedEpisodeDataset(root, episodes=readable_episodes(root))`` or inside a
     seeded split, ``Split((0.9, 0.1), index=1, among=readable_episodes(root))``. Cheap: files
-    are opened, not decoded (see :func:`check_files`). Raises
-    :class:`~robo_resume.errors.MissingFileError` when no episode is readable.
+    are opened, not decoded (see :func:`check_files`).
+
+    Args:
+        source: a dataset root or its :class:`DatasetMeta`.
+        episodes: the episode indices to check; None: all.
+
+    Returns:
+        The readable episode indices, sorted.
+
+    Raises:
+        MissingFileError: no episode is readable.
     """
     result = check_files(source, episodes)
     if not result.readable:

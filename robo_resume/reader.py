@@ -47,6 +47,7 @@ class LeRobotReader(torch.utils.data.Dataset):
         image_dtype: "float32" (lerobot's default) or "uint8".
         tolerance_s: timestamp tolerance when matching video frames (lerobot default 1e-4).
         decoder_threads: FFmpeg threads per decoder (0 = FFmpeg's choice; default 1).
+        meta: the dataset's metadata when already loaded (skips reading ``meta/`` again).
 
     ``len(reader)`` is the number of selected frames; ``reader[i]`` is the ``i``-th of them in
     episode order. Picklable (open decoders are not carried along).
@@ -100,7 +101,17 @@ class LeRobotReader(torch.utils.data.Dataset):
         return len(self.episodes)
 
     def locate(self, i: int) -> tuple[int, int]:
-        """Map a position ``0 <= i < len(self)`` to ``(episode_index, frame_index)``."""
+        """Map a position of the reader to its episode and frame.
+
+        Args:
+            i: a position ``0 <= i < len(self)`` (negative counts from the end).
+
+        Returns:
+            ``(episode_index, frame_index)``.
+
+        Raises:
+            IndexError: ``i`` is out of range.
+        """
         n = len(self)
         if i < 0:
             i += n

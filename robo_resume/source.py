@@ -50,9 +50,10 @@ class DataSource:
             64 for the interleave order: :meth:`StreamTuning.chunk_frames
             <robo_resume.StreamTuning.chunk_frames>`; in a mix, the mix's value).
 
-    Raises ValueError when neither ``root`` nor ``repo_id`` is given, ``chunk_frames`` is not
-    a positive int, ``features`` is not a list or mapping of keys, or two features get one
-    name.
+    Raises:
+        ValueError: neither ``root`` nor ``repo_id`` is given, ``chunk_frames`` is not a
+            positive int, ``features`` is not a list or mapping of keys, or two features get
+            one name.
     """
 
     root: str | Path | None = None
@@ -109,8 +110,12 @@ class DataSource:
             )
 
     def selection(self) -> Sequence[str] | Mapping[str, None] | None:
-        """The features to read, renames left out: what
-        :meth:`~robo_resume.format.metadata.DatasetMeta.select` takes."""
+        """The features to read, renames left out.
+
+        Returns:
+            What :meth:`~robo_resume.format.metadata.DatasetMeta.select` takes: None (all),
+            the list of keys to keep, or ``{key: None}`` of the keys to drop.
+        """
         f = self.features
         if isinstance(f, Mapping):
             drops = {k: None for k, v in f.items() if v is None}
@@ -118,7 +123,11 @@ class DataSource:
         return None if f is None else list(f)
 
     def renames(self) -> dict[str, str]:
-        """``{key in the dataset: name in items}`` of the renamed features (empty: none)."""
+        """The renamed features.
+
+        Returns:
+            ``{key in the dataset: name in items}`` (empty: none renamed).
+        """
         f = self.features
         if not isinstance(f, Mapping):
             return {}
@@ -130,12 +139,12 @@ SOURCE_FIELDS = ("root", "repo_id", "revision", "episodes", "features", "chunk_f
 
 
 def as_source(source: Any, fields: Mapping[str, Any], *, owner: str) -> DataSource:
-    """``source`` (a :class:`DataSource`, a folder path or None) and shorthand ``fields``
-    (keywords among :data:`SOURCE_FIELDS`) as one DataSource.
+    """``source`` and shorthand ``fields`` as one DataSource.
 
-    ``owner`` names the constructor in messages. Raises TypeError for a keyword that is not a
-    field (as Python does for an unknown keyword) and ValueError when a DataSource and
-    shorthand fields are both given (one place says where the data comes from).
+    ``source`` is a :class:`DataSource`, a folder path or None; ``fields`` are keywords among
+    :data:`SOURCE_FIELDS`. ``owner`` names the constructor in messages. Raises TypeError for a
+    keyword that is not a field (as Python does for an unknown keyword) and ValueError when a
+    DataSource and shorthand fields are both given (one place says where the data comes from).
     """
     unknown = [k for k in fields if k not in SOURCE_FIELDS]
     if unknown:

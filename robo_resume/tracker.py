@@ -36,6 +36,11 @@ class CursorTracker:
     ``state_dict()`` returns a JSON-safe :class:`ResumeState` dict; give it to
     ``ChunkedEpisodeDataset(..., resume_state=...)`` to continue exactly. Under DDP,
     ``state_dict()`` is a collective: every rank must call it (it gathers all ranks' cursors).
+
+    Args:
+        dataset: the :class:`~robo_resume.dataset.ChunkedEpisodeDataset` whose batches this
+            tracker records (:meth:`ChunkedEpisodeDataset.tracker` makes one); the skips of
+            its resume state are carried over.
     """
 
     def __init__(self, dataset: Any) -> None:
@@ -53,19 +58,32 @@ class CursorTracker:
         self.start(num_workers, dict(enumerate(starts)), batches)
 
     def start(self, num_workers: int, cursors: Mapping[int, tuple[int, int]], batches: int) -> None:
-        """Start recording with ``num_workers`` workers, role -> ``(epoch, position)`` cursors
-        and a batch count, instead of the dataset's own :meth:`start_point`.
+        """Start recording from given cursors instead of the dataset's own start point.
 
         For a caller that decides itself where the dataset's streams start (a
         :class:`~robo_resume.mix.MixedDataset` for each of its sources); call it before the
         first :meth:`update`.
+
+        Args:
+            num_workers: the DataLoader's workers.
+            cursors: role -> ``(epoch, position)`` where each stream starts.
+            batches: the batch count to start from.
         """
         self.num_workers = num_workers
         self.cursors = dict(cursors)
         self.batches = batches
 
     def update(self, batch: Mapping[str, Any]) -> None:
-        """Record the cursor of a batch the training loop consumed."""
+        """Record the cursor of a batch the training loop consumed.
+
+        Args:
+            batch: a batch of the dataset's DataLoader, with its ``CURSOR_KEY``.
+
+        Raises:
+            ValueError: the batch carries no cursor, mixes frames of several streams, comes
+                from another rank or ``num_workers`` than earlier batches, or has another
+                batch size than the dataset's.
+        """
         cur = batch.get(self.key) if isinstance(batch, Mapping) else None
         if not isinstance(cur, torch.Tensor) or cur.ndim != 2 or cur.shape[1] != 5:
             raise ValueError(
@@ -129,7 +147,11 @@ class CursorTracker:
         return tuple(self._skipped)
 
     def skip_report(self) -> str:
-        """A human-readable summary of :attr:`skipped` (one line per chunk)."""
+        """A human-readable summary of :attr:`skipped`.
+
+        Returns:
+            A header line and one line per skipped chunk, or a line saying none was skipped.
+        """
         if not self._skipped:
             return "robo_resume: no chunk skipped"
         frames = sum(r["stop"] - r["frame"] for r in self._skipped)
@@ -150,6 +172,15 @@ class CursorTracker:
 
         With ``on_error="skip"`` a batch can hold fewer frames than ``batch_size``, even
         none (``len(batch["index"]) == 0``): skip such a batch in the training step.
+
+        Args:
+            batch: a batch of the dataset's DataLoader, with its ``CURSOR_KEY``.
+
+        Returns:
+            A new dict: the batch without ``CURSOR_KEY`` and ``SKIPPED_KEY``.
+
+        Raises:
+            ValueError: as :meth:`update`.
         """
         self.update(batch)
         return {k: v for k, v in batch.items() if k != self.key and k != SKIPPED_KEY}
@@ -160,12 +191,22 @@ class CursorTracker:
         return self.batches * self.dataset.batch_size
 
     def state(self, *, gather: bool = True, settle: bool = True) -> ResumeState:
-        """The :class:`ResumeState` (all ranks' cursors when DDP is initialised and gather).
+        """The resume state of what the training loop consumed.
 
-        ``settle`` (epoch mode): once every stream of this rank has finished a remainder
-        epoch, write the cursors as the next epoch's start and drop the elastic chain. A mix
-        passes False: its sources' streams do not finish their epochs together, and the ranks'
-        states must keep one chain to merge.
+        Args:
+            gather: under initialised DDP, gather and merge all ranks' cursors (a collective:
+                every rank must call it).
+            settle: (epoch mode) once every stream of this rank has finished a remainder
+                epoch, write the cursors as the next epoch's start and drop the elastic chain.
+                A mix passes False: its sources' streams do not finish their epochs together,
+                and the ranks' states must keep one chain to merge.
+
+        Returns:
+            The :class:`ResumeState` (all ranks' cursors when DDP is initialised and
+            ``gather``).
+
+        Raises:
+            ResumeStateError: no batch was consumed yet.
         """
         if self.num_workers is None:
             raise ResumeStateError(
@@ -213,17 +254,28 @@ class CursorTracker:
         return local
 
     def state_dict(self, *, gather: bool = True) -> dict[str, Any]:
-        """JSON-safe resume state (see :meth:`state`)."""
+        """The JSON-safe resume state (see :meth:`state`).
+
+        Args:
+            gather: as for :meth:`state` (a collective under DDP).
+
+        Returns:
+            :meth:`ResumeState.to_dict` of :meth:`state`.
+
+        Raises:
+            ResumeStateError: no batch was consumed yet.
+        """
         return self.state(gather=gather).to_dict()
 
 
 def check_batch_origin(
     expected_rank: int, rank: int, known_workers: int | None, num_workers: int
 ) -> None:
-    """Refuse a batch of another rank, or of a DataLoader whose ``num_workers`` differs from
-    the one of the first batch a tracker saw (``known_workers``; None: no batch yet).
+    """Refuse a batch of another rank, or of a DataLoader of other ``num_workers``.
 
-    Shared by :class:`CursorTracker` and :class:`robo_resume.mix.MixTracker`; raises ValueError.
+    ``known_workers`` is the ``num_workers`` of the first batch a tracker saw (None: no batch
+    yet). Shared by :class:`CursorTracker` and :class:`robo_resume.mix.MixTracker`; raises
+    ValueError.
     """
     if rank != expected_rank:
         raise ValueError(describe("A batch from another rank", expected=expected_rank, found=rank))

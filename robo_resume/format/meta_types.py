@@ -1,5 +1,7 @@
-"""The metadata type :class:`DatasetMeta` (with :class:`EpisodeInfo` and :class:`VideoRef`,
-defined with the episode columns in :mod:`.episode_table`).
+"""The metadata type :class:`DatasetMeta`.
+
+:class:`EpisodeInfo` and :class:`VideoRef` are defined with the episode columns in
+:mod:`.episode_table`.
 
 What :func:`robo_resume.format.metadata.load_metadata` returns; no file is read here.
 """
@@ -45,12 +47,23 @@ REQUIRED_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_
 class DatasetMeta:
     """Validated metadata of a LeRobot dataset on disk.
 
-    ``columns`` holds the episodes as columns (an :class:`EpisodeTable`, sorted by
-    ``episode_index``); ``episodes`` is the read-only sequence of :class:`EpisodeInfo` views over
-    them, and :meth:`spans` the columns planning needs. ``tasks[i]`` is the task string of
-    ``task_index == i``. ``camera_keys`` are the video features in info.json order.
-    ``dropped`` are the features left out by :meth:`select` (never opened or decoded); the
-    fingerprint still counts them, since they do not change which frames a run reads.
+    What :func:`~robo_resume.format.metadata.load_metadata` returns; :attr:`episodes` is the
+    read-only sequence of :class:`EpisodeInfo` views over ``columns``, and :meth:`spans` the
+    columns planning needs.
+
+    Attributes:
+        root: the dataset folder (holding ``meta/``).
+        version: the format version, "v3.0" or "v2.1" (info.json ``codebase_version``).
+        fps: frames per second of every episode.
+        features: info.json's features, ``{key: {"dtype": ..., "shape": ..., ...}}``.
+        camera_keys: the video features, in info.json order.
+        columns: the episodes as columns (an :class:`EpisodeTable`, sorted by
+            ``episode_index``).
+        tasks: ``tasks[i]`` is the task string of ``task_index == i``.
+        info: meta/info.json as read.
+        stats: meta/stats.json as read (empty without one).
+        dropped: the features left out by :meth:`select` (never opened or decoded); the
+            fingerprint still counts them, since they do not change which frames a run reads.
     """
 
     root: Path
@@ -67,13 +80,23 @@ class DatasetMeta:
     def select(self, features: Any) -> DatasetMeta:
         """This metadata without the features not selected: they are never opened or decoded.
 
-        ``features`` is None (all), a sequence of feature keys to keep, or a mapping
-        ``{key: None}`` of keys to drop. The columns every item needs (``index``,
-        ``episode_index``, ``frame_index``, ``timestamp``, ``task_index``) are always kept. A
-        dropped video feature's files are not needed at all (neither checked nor opened), so a
-        copy of a dataset without some camera's mp4s streams the other features. Renaming is
+        The columns every item needs (``index``, ``episode_index``, ``frame_index``,
+        ``timestamp``, ``task_index``) are always kept. A dropped video feature's files are not
+        needed at all (neither checked nor opened), so a copy of a dataset without some
+        camera's mp4s streams the other features. Renaming is
         :class:`~robo_resume.mix.MixSource`'s ``keys=`` (a mix maps each source to its names).
-        Raises ValueError naming unknown keys, a rename, or a required column.
+
+        Args:
+            features: None (all), a sequence of feature keys to keep, or a mapping
+                ``{key: None}`` of keys to drop.
+
+        Returns:
+            The selected metadata (``self`` when nothing is dropped), with the dropped
+            features in ``dropped``.
+
+        Raises:
+            ValueError: ``features`` names unknown keys, renames a key, leaves out a required
+                column, or is not a list or mapping of keys.
         """
         if features is None:
             return self
@@ -138,8 +161,11 @@ class DatasetMeta:
 
     @property
     def episodes(self) -> Episodes:
-        """The episodes in ``episode_index`` order, as a read-only sequence of
-        :class:`EpisodeInfo` built on access (see :class:`~.episode_table.Episodes`)."""
+        """The episodes in ``episode_index`` order, as a read-only sequence.
+
+        Its :class:`EpisodeInfo` items are built on access (see
+        :class:`~.episode_table.Episodes`).
+        """
         return Episodes(self.columns)
 
     @property
@@ -158,7 +184,17 @@ class DatasetMeta:
         return len(self.columns)
 
     def episode(self, episode_index: int) -> EpisodeInfo:
-        """Return the episode with this ``episode_index`` (KeyError naming valid ones)."""
+        """The episode with this ``episode_index``.
+
+        Args:
+            episode_index: the episode's ``episode_index``.
+
+        Returns:
+            Its :class:`EpisodeInfo`.
+
+        Raises:
+            KeyError: no such episode (the message names the valid ones).
+        """
         pos = self.columns.position(episode_index)
         if pos is None:
             raise self._unknown(episode_index)
@@ -167,13 +203,19 @@ class DatasetMeta:
     def spans(self, episodes: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The columns planning needs: ``(episode_index, dataset_from_index, length)``.
 
-        Three int64 arrays of equal length, one entry per episode of ``episodes`` in the order
-        given (any sequence or array of episode indices; None: every episode, sorted). Episode
-        ``e`` holds the global indices ``[dataset_from_index, dataset_from_index + length)``.
-        This is the columnar form of ``[(e, meta.episode(e).dataset_from_index,
-        meta.episode(e).length) for e in episodes]``: no per-episode object is built (10^6
-        episodes in milliseconds). Raises KeyError (as :meth:`episode`) naming the first
-        unknown episode.
+        Episode ``e`` holds the global indices ``[dataset_from_index, dataset_from_index +
+        length)``. This is the columnar form of ``[(e, meta.episode(e).dataset_from_index,
+        meta.episode(e).length) for e in episodes]``: no per-episode object is built.
+
+        Args:
+            episodes: any sequence or array of episode indices; None: every episode, sorted.
+
+        Returns:
+            Three int64 arrays of equal length, one entry per episode of ``episodes`` in the
+            order given.
+
+        Raises:
+            KeyError: (as :meth:`episode`) naming the first unknown episode.
         """
         t = self.columns
         if episodes is None:
@@ -198,8 +240,12 @@ class DatasetMeta:
         )
 
     def data_columns(self) -> tuple[str, ...]:
-        """Names of the features stored in the data parquet files (all but video features),
-        in info.json order (the order of an item's keys after the video cameras)."""
+        """Names of the features stored in the data parquet files.
+
+        Returns:
+            All but the video features, in info.json order (the order of an item's keys
+            after the video cameras).
+        """
         return tuple(k for k, v in self.features.items() if v.get("dtype") != "video")
 
     @property
@@ -211,7 +257,8 @@ class DatasetMeta:
     def visual_keys(self) -> tuple[str, ...]:
         """Every key whose values are images: ``camera_keys`` (video) then ``image_keys``.
 
-        lerobot calls this set ``camera_keys``; here ``camera_keys`` are the video features."""
+        lerobot calls this set ``camera_keys``; here ``camera_keys`` are the video features.
+        """
         return self.camera_keys + self.image_keys
 
     @property
@@ -220,7 +267,14 @@ class DatasetMeta:
         return tuple(k for k, v in self.features.items() if v.get("dtype") == "string")
 
     def frame_size(self, camera: str) -> tuple[int, int] | None:
-        """``(height, width)`` of a camera's frames according to info.json (None if unknown)."""
+        """The size of a camera's frames according to info.json.
+
+        Args:
+            camera: a video or image feature key.
+
+        Returns:
+            ``(height, width)``, or None if info.json gives no 3-dimensional shape.
+        """
         ft = self.features.get(camera) or {}
         shape, names = ft.get("shape"), ft.get("names")
         if not isinstance(shape, list | tuple) or len(shape) != 3:
@@ -237,16 +291,23 @@ class DatasetMeta:
         file: str | Path | None = None,
         episode: int | None = None,
     ) -> None:
-        """Compare an opened video with info.json; raise MetadataMismatchError if they differ.
-
-        ``stream`` is a :class:`~robo_resume.format.video.VideoStreamInfo` (``VideoReader.info()``,
-        which reads the open container's header: no decoding). Call it once per video file.
+        """Compare an opened video with info.json. Call it once per video file.
 
         Rule: frames are decoded as the container has them (lerobot does the same), but a
         container whose frame size differs from ``features[camera].shape`` is refused (models
         are built from info.json's shapes; batches would not match them), and so is one whose
         frame rate differs from ``fps`` (frames are looked up at ``from_timestamp +
         timestamp``; at another rate that time shows other frames, silently).
+
+        Args:
+            camera: the video feature the file holds.
+            stream: a :class:`~robo_resume.format.video.VideoStreamInfo`
+                (``VideoReader.info()``, which reads the open container's header: no decoding).
+            file: the video file, for the message.
+            episode: an episode in the file, for the message.
+
+        Raises:
+            MetadataMismatchError: the frame size or frame rate differs from info.json.
         """
         size = self.frame_size(camera)
         if size is not None and stream.height and stream.width:
@@ -281,7 +342,11 @@ class DatasetMeta:
             )
 
     def fingerprint(self) -> dict[str, Any]:
-        """A small JSON-safe summary that changes when the dataset's content layout changes."""
+        """A small JSON-safe summary that changes when the dataset's content layout changes.
+
+        Returns:
+            A dict of JSON-safe values (what a resume state's fingerprint holds of the data).
+        """
         h = hashlib.sha256()
         h.update(self.columns.length.tobytes())  # int64, episode_index order
         h.update(self.columns.dataset_from_index.tobytes())

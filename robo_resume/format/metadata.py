@@ -36,9 +36,18 @@ __all__ = ["SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo", "VideoRef", "load
 def load_metadata(root: str | Path) -> DatasetMeta:
     """Read and validate the metadata of the LeRobot dataset at ``root`` (v3.0 or v2.1).
 
-    Reads only files under ``meta/``. Raises :class:`UnsupportedVersionError` for other
-    versions, :class:`MissingFileError` for missing metadata files and
-    :class:`DatasetFormatError` for malformed ones; messages name the file and the fix.
+    Reads only files under ``meta/``; error messages name the file and the fix.
+
+    Args:
+        root: the dataset folder (holding ``meta/``).
+
+    Returns:
+        The validated :class:`DatasetMeta`.
+
+    Raises:
+        UnsupportedVersionError: the dataset has a format version other than v3.0 or v2.1.
+        MissingFileError: a metadata file is missing.
+        DatasetFormatError: a metadata file is malformed.
     """
     root = Path(root).expanduser().resolve()
     info = load_info(root)

@@ -119,7 +119,9 @@ class MixedDataset(IterableDataset):
 
     Args:
         sources: the :class:`MixSource` s (their order is part of the state).
-        batch_size, seed, drop_last, rank, world_size: as in :class:`ChunkedEpisodeDataset`.
+        batch_size: as in :class:`ChunkedEpisodeDataset` (the mix's batches; each batch comes
+            from one source).
+        seed: the mix seed; each source's seed derives from it (:meth:`source_seed`).
         exhausted: "cycle" (a source that runs out starts its next epoch; the mix is endless)
             or "stop" (each ``iter()`` is one mix epoch, ended by the first source to run out).
         period: batches per mixing round (see the module docstring); None: ``sum/gcd`` of
@@ -127,15 +129,28 @@ class MixedDataset(IterableDataset):
         resume_step: ``batches * batch_size`` this rank consumed since the run started, with
             the same topology and batch size (arithmetic start; see the module docstring).
         resume_state: a :meth:`MixTracker.state_dict` (it may come from another topology or
-            batch size: elastic resume); resume_strict as for one dataset.
-        chunk_frames, tuning: defaults for every source (``chunk_frames`` None: the order's
-            default, see :meth:`StreamTuning.chunk_frames`).
+            batch size: elastic resume).
+        resume_strict: as for one dataset (:class:`ChunkedEpisodeDataset`).
+        chunk_frames: the default for every source; None: the order's default, see
+            :meth:`StreamTuning.chunk_frames`.
         delta_timestamps: in the mix's feature names.
-        image_transforms, image_dtype: as in :class:`ChunkedEpisodeDataset`.
+        image_transforms: as in :class:`ChunkedEpisodeDataset`.
+        image_dtype: as in :class:`ChunkedEpisodeDataset`.
+        drop_last: as in :class:`ChunkedEpisodeDataset`.
+        rank: as in :class:`ChunkedEpisodeDataset`.
+        world_size: as in :class:`ChunkedEpisodeDataset`.
+        tuning: the default :class:`StreamTuning` for every source without its own.
         on_error: "raise" or "skip", passed to every source (see the module docstring).
 
     Also speaks torchdata's StatefulDataLoader protocol (:meth:`state_dict` /
     :meth:`load_state_dict`, with ``batch_size=None``: the mix yields whole batches).
+
+    Raises:
+        ValueError: ``sources`` is empty or not all MixSource, an unknown ``exhausted``, a
+            ``period`` outside 1..1000, or a source with ``StreamTuning(tail="keep")``.
+        DatasetFormatError: the sources' features differ from source 0's (every mismatch in
+            one error).
+        ResumeStateError: ``resume_state`` is invalid or made for another mix.
     """
 
     def __init__(
@@ -274,7 +289,14 @@ class MixedDataset(IterableDataset):
 
     # -- layout --------------------------------------------------------------------------------
     def source_seed(self, i: int) -> int:
-        """The seed of source ``i``'s dataset, derived from the mix seed (SeedSequence)."""
+        """The seed of source ``i``'s dataset, derived from the mix seed (SeedSequence).
+
+        Args:
+            i: the source's index in ``sources``.
+
+        Returns:
+            The seed, a uint32 value.
+        """
         ss = np.random.SeedSequence(entropy=self.seed, spawn_key=(SOURCE_SPAWN_KEY, i))
         return int(ss.generate_state(1, dtype=np.uint32)[0])
 
@@ -285,38 +307,93 @@ class MixedDataset(IterableDataset):
         return self.positions.resume_state
 
     def round_sources(self, epoch: int, stream: int, round_index: int) -> np.ndarray:
-        """Sources of the ``period`` batches of a round of a mix stream (a pure function)."""
+        """Sources of the ``period`` batches of a round of a mix stream (a pure function).
+
+        Args:
+            epoch: the mix epoch (0 with "cycle").
+            stream: the mix stream (its global id over ranks and workers).
+            round_index: the round (batches ``round_index * period`` onwards).
+
+        Returns:
+            An int array of ``period`` source indices.
+        """
         return self.order.round_sources(epoch, stream, round_index)
 
     def source_at(self, epoch: int, stream: int, j: int) -> int:
-        """Source of batch ``j`` of mix stream ``stream`` in ``epoch`` (epoch 0 with "cycle")."""
+        """The source of one batch of a mix stream.
+
+        Args:
+            epoch: the mix epoch (0 with "cycle").
+            stream: the mix stream (its global id over ranks and workers).
+            j: the batch of ``stream`` in ``epoch``.
+
+        Returns:
+            The source index of batch ``j``.
+        """
         return self.order.source_at(epoch, stream, j)
 
     def counts_before(self, epoch: int, stream: int, j: int) -> np.ndarray:
-        """Batches each source gave mix stream ``stream`` before its batch ``j`` (prefix sums)."""
+        """Batches each source gave mix stream ``stream`` before its batch ``j`` (prefix sums).
+
+        Args:
+            epoch: the mix epoch (0 with "cycle").
+            stream: the mix stream (its global id over ranks and workers).
+            j: the batch of ``stream`` in ``epoch``.
+
+        Returns:
+            An int array, one count per source.
+        """
         return self.order.counts_before(epoch, stream, j)
 
     def level(self, num_workers: int) -> MixLevel:
-        """This run's mix arithmetic with ``num_workers`` workers (see :class:`MixLevel`)."""
+        """This run's mix arithmetic with ``num_workers`` workers.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The :class:`~robo_resume.mix.levels.MixLevel`.
+        """
         return self.positions.level(num_workers)
 
     def start_point(self, num_workers: int) -> StartPoint:
-        """A :class:`~robo_resume.index.start.StartPoint` ``(rotation, [(epoch, j, [(epoch,
-        position)] per source)] per role, batches)``.
+        """Where this rank's mix streams and their sources' streams start.
 
         New worker ``w`` plays role ``(w + rotation) % W`` in the first iteration. From the
         resume state (same topology: each role goes on where it stood; another topology or
         batch size: every role starts the *remainder mix epoch* at ``j = 0``, see the module
         docstring), from ``resume_step`` (arithmetic), or from the start.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            A :class:`~robo_resume.index.start.StartPoint` ``(rotation, [(epoch, j, [(epoch,
+            position)] per source)] per role, batches)``.
         """
         return self.positions.start_point(num_workers)
 
     def epoch_batches(self, epoch: int, num_workers: int) -> int | None:
-        """``J``: batches every mix stream yields in ``epoch`` ("stop"); None with "cycle"."""
+        """``J``: batches every mix stream yields in a mix epoch.
+
+        Args:
+            epoch: the mix epoch.
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            ``J`` with "stop"; None with "cycle".
+        """
         return self.positions.epoch_batches(epoch, num_workers)
 
     def batches_per_epoch(self, num_workers: int) -> int | None:
-        """Batches this rank's DataLoader yields in mix epoch 0 ("stop"); None with "cycle"."""
+        """Batches this rank's DataLoader yields in mix epoch 0.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The batch count with "stop"; None with "cycle".
+        """
         return self.positions.batches_per_epoch(num_workers)
 
     def batches_next_iteration(self, num_workers: int) -> int:
@@ -324,7 +401,16 @@ class MixedDataset(IterableDataset):
 
         ``exhausted="stop"``: the first iteration runs from :meth:`start_point` (after a
         resume, what is left of the interrupted mix epoch) to the epoch's end ``J`` of every
-        role; later ones are whole mix epochs. ``"cycle"`` has no end: TypeError.
+        role; later ones are whole mix epochs.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The batch count.
+
+        Raises:
+            TypeError: with "cycle" (no end).
         """
         return self.positions.batches_next_iteration(num_workers, self.epochs)
 
@@ -333,35 +419,75 @@ class MixedDataset(IterableDataset):
 
         As :meth:`ChunkedEpisodeDataset.next_epoch`: the resume point's epoch (the next one
         when the checkpoint was taken at an epoch's end), then one more per iteration; what
-        :meth:`~robo_resume.stream.loader.BatchLoader.epochs` counts with. TypeError with "cycle".
+        :meth:`~robo_resume.stream.loader.BatchLoader.epochs` counts with.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The mix epoch number.
+
+        Raises:
+            TypeError: with "cycle".
         """
         return self.positions.next_epoch(num_workers, self.epochs)
 
     def share_schedule(self, num_workers: int) -> None:
-        """Compute each source's layout of the source epoch the next iteration starts in, here,
-        before the DataLoader's workers start (as
+        """Compute each source's layout of the epoch the next iteration starts in, here.
+
+        Before the DataLoader's workers start (as
         :meth:`~robo_resume.dataset.ChunkedEpisodeDataset.share_schedule` does for one
-        dataset). What :class:`~robo_resume.stream.loader.BatchLoader` calls."""
+        dataset). What :class:`~robo_resume.stream.loader.BatchLoader` calls.
+
+        Args:
+            num_workers: the DataLoader's workers (0: the main process).
+        """
         self.positions.share_schedule(num_workers, self.epochs)
 
     def epochs_started(self, state: Mapping[str, Any] | MixState, num_workers: int) -> int:
-        """Mix epochs the interrupted run finished ("stop"; 0 with "cycle").
+        """Mix epochs the interrupted run finished.
 
-        Prefer ``for epoch in loader.epochs(n)`` (:meth:`next_epoch` counts for you)."""
+        Prefer ``for epoch in loader.epochs(n)`` (:meth:`next_epoch` counts for you).
+
+        Args:
+            state: the interrupted run's mix state.
+            num_workers: the DataLoader's workers (0: the main process).
+
+        Returns:
+            The epoch count with "stop"; 0 with "cycle".
+        """
         return self.positions.epochs_started(state, num_workers)
 
     def source_name(self, i: int) -> str:
-        """How messages name source ``i``: its index and repo id or folder."""
+        """How messages name source ``i``.
+
+        Args:
+            i: the source's index.
+
+        Returns:
+            Its index and repo id or folder, e.g. ``source 1 (data/b)``.
+        """
         return self.checks.name(i)
 
     def resume_label(self, i: int) -> str:
-        """What ends source ``i``'s ``resume:`` lines, e.g. `` source=1 (data/b)``."""
+        """What ends source ``i``'s ``resume:`` lines.
+
+        Args:
+            i: the source's index.
+
+        Returns:
+            The suffix, e.g. `` source=1 (data/b)``.
+        """
         return " " + self.source_name(i).replace("source ", "source=", 1)
 
     # -- StatefulDataLoader protocol -------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """This worker's mix stream (what it has yielded), for torchdata's StatefulDataLoader:
-        ``rank, role, num_workers, epoch, j`` and each source stream's ``(epoch, position)``."""
+        """This worker's mix stream (what it has yielded), for torchdata's StatefulDataLoader.
+
+        Returns:
+            A JSON-safe dict: ``rank, role, num_workers, epoch, j`` and each source stream's
+            ``(epoch, position)``.
+        """
         live = dict(self._live)
         live["sources"] = [list(p) for p in live["sources"]]
         return live
@@ -373,6 +499,13 @@ class MixedDataset(IterableDataset):
         be what ``j`` batches of the mix order leave it at), so a state of another mix,
         topology or batch size is refused instead of replaying or losing frames; an elastic
         resume needs :class:`MixTracker`'s state.
+
+        Args:
+            state: a :meth:`state_dict` value.
+
+        Raises:
+            ResumeStateError: the state lacks keys, is of another rank, or does not fit this
+                mix, topology or batch size.
         """
         need = ("rank", "role", "num_workers", "epoch", "j", "sources")
         if not isinstance(state, Mapping) or any(k not in state for k in need):
@@ -424,7 +557,19 @@ class MixedDataset(IterableDataset):
         return self.iter_batches()
 
     def iter_batches(self, *, image_dtype: str | None = None):
-        """This worker's mix stream as whole batches (what :meth:`dataloader` uses)."""
+        """This worker's mix stream as whole batches (what :meth:`dataloader` uses).
+
+        Args:
+            image_dtype: the camera tensors' dtype, "float32" or "uint8"; None: the mix's
+                ``image_dtype``.
+
+        Returns:
+            An iterator of batch dicts, each from one source, with ``MIX_KEY`` and
+            ``CURSOR_KEY``.
+
+        Raises:
+            RuntimeError: a second ``iter()`` of a cycling mix (one endless iteration).
+        """
         info = get_worker_info()
         num_workers = info.num_workers if info is not None else 0
         worker = info.id if info is not None else 0
@@ -503,7 +648,20 @@ class MixedDataset(IterableDataset):
 
     # -- helpers ---------------------------------------------------------------------------------
     def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
-        """A DataLoader of this mix's batches (as :meth:`ChunkedEpisodeDataset.dataloader`)."""
+        """A DataLoader of this mix's batches (as :meth:`ChunkedEpisodeDataset.dataloader`).
+
+        Args:
+            num_workers: DataLoader worker processes (0: load in the main process).
+            **kwargs: other DataLoader arguments (``pin_memory``, ``multiprocessing_context``,
+                ...).
+
+        Returns:
+            The DataLoader.
+
+        Raises:
+            ValueError: ``kwargs`` sets ``batch_size``, ``drop_last``, ``shuffle``,
+                ``sampler``, ``batch_sampler`` or ``collate_fn`` (the mix sets them).
+        """
         for bad in ("batch_size", "drop_last", "shuffle", "sampler", "batch_sampler", "collate_fn"):
             if bad in kwargs:
                 raise ValueError(
@@ -525,7 +683,11 @@ class MixedDataset(IterableDataset):
         )
 
     def tracker(self) -> MixTracker:
-        """A :class:`MixTracker` for batches of this mix."""
+        """A tracker for batches of this mix.
+
+        Returns:
+            A new :class:`MixTracker`.
+        """
         return MixTracker(self)
 
     def __repr__(self) -> str:

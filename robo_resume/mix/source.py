@@ -34,19 +34,23 @@ VISUAL = ("video", "image")
 class MixSource:
     """One dataset of a mix: where its data comes from, its weight, its tuning.
 
-    ``MixSource(source, weight=1.0, *, tuning=None, keys=None, **source_fields)``:
+    The source's ``features`` map its feature names to the mix's names (None drops a feature,
+    which is then never opened or decoded); unmapped features keep their names. Its
+    ``chunk_frames`` None: the mix's. The properties ``root``, ``repo_id``, ``revision``,
+    ``episodes``, ``chunk_frames`` and ``keys`` read the source's fields.
 
-    - ``source``: a :class:`~robo_resume.source.DataSource` (folder or Hub repo, revision,
-      episodes, features, chunk_frames) or the dataset folder; the DataSource fields may be
-      given as keywords instead (``MixSource(root, episodes="train[:90%]")``).
-    - ``weight``: share of the mix's batches (relative to the other sources' weights), > 0.
-    - ``tuning``: a per-source :class:`StreamTuning` (None: the mix's).
-    - The source's ``features`` map its feature names to the mix's names (None drops a
-      feature, which is then never opened or decoded); unmapped features keep their names.
-      ``keys=`` is the same mapping under its earlier name. ``chunk_frames`` None: the mix's.
+    Args:
+        source: a :class:`~robo_resume.source.DataSource` (folder or Hub repo, revision,
+            episodes, features, chunk_frames) or the dataset folder.
+        weight: share of the mix's batches (relative to the other sources' weights), > 0.
+        tuning: a per-source :class:`StreamTuning` (None: the mix's).
+        keys: the ``features`` mapping under its earlier name.
+        **source_fields: the DataSource fields as keywords instead
+            (``MixSource(root, episodes="train[:90%]")``).
 
-    Attributes ``root``, ``repo_id``, ``revision``, ``episodes``, ``chunk_frames`` and ``keys``
-    read the source's fields.
+    Raises:
+        ValueError: ``keys=`` together with ``features``, a weight that is not a positive
+            finite number, or an invalid source (see :class:`~robo_resume.source.DataSource`).
     """
 
     source: DataSource
@@ -119,7 +123,15 @@ class MixSource:
 
 
 def round_counts(weights: Sequence[float], period: int) -> tuple[int, ...]:
-    """Batches per round of ``period`` for each weight (largest remainder, ties: lower index)."""
+    """Batches per round of ``period`` for each weight.
+
+    Args:
+        weights: the sources' weights, each > 0.
+        period: batches per round.
+
+    Returns:
+        One count per weight, summing to ``period`` (largest remainder, ties: lower index).
+    """
     total = math.fsum(weights)
     quotas = [w * period / total for w in weights]
     counts = [math.floor(q + 1e-9) for q in quotas]
@@ -130,7 +142,15 @@ def round_counts(weights: Sequence[float], period: int) -> tuple[int, ...]:
 
 
 def default_period(weights: Sequence[float]) -> int:
-    """``sum / gcd`` of integral weights up to :data:`MAX_PERIOD` (exact), else 100."""
+    """The mix's batches per round when none is given.
+
+    Args:
+        weights: the sources' weights, each > 0.
+
+    Returns:
+        ``sum / gcd`` of integral weights up to :data:`MAX_PERIOD` (exact), else
+        :data:`DEFAULT_PERIOD`.
+    """
     if all(float(w).is_integer() for w in weights):
         ints = [int(w) for w in weights]
         g = math.gcd(*ints)

@@ -24,6 +24,10 @@ class MixTracker:
     adds each role's mix position. :meth:`consume` returns the batch without the cursor keys;
     :meth:`state_dict` is the JSON-safe :class:`MixState` to put into the checkpoint (a
     collective under DDP: every rank must call it).
+
+    Args:
+        mix: the :class:`~robo_resume.mix.MixedDataset` whose batches this tracker records
+            (:meth:`MixedDataset.tracker` makes one).
     """
 
     def __init__(self, mix: Any) -> None:
@@ -45,7 +49,16 @@ class MixTracker:
         self.batches = batches
 
     def update(self, batch: Mapping[str, Any]) -> None:
-        """Record a batch the training loop consumed."""
+        """Record a batch the training loop consumed.
+
+        Args:
+            batch: a batch of the mix's DataLoader, with its ``MIX_KEY`` and ``CURSOR_KEY``.
+
+        Raises:
+            ValueError: the batch carries no mix cursor, comes from another rank or
+                ``num_workers`` than earlier batches, or fails its source's checks
+                (:meth:`CursorTracker.update`).
+        """
         m = batch.get(MIX_KEY) if isinstance(batch, Mapping) else None
         if not isinstance(m, torch.Tensor) or m.shape != (6,):
             raise ValueError(
@@ -70,18 +83,33 @@ class MixTracker:
 
         With ``on_error="skip"`` a batch can hold fewer frames than ``batch_size``, even
         none: skip such a batch in the training step.
+
+        Args:
+            batch: a batch of the mix's DataLoader.
+
+        Returns:
+            A new dict: the batch without ``MIX_KEY``, ``CURSOR_KEY`` and ``SKIPPED_KEY``.
+
+        Raises:
+            ValueError: as :meth:`update`.
         """
         self.update(batch)
         return {k: v for k, v in batch.items() if k not in (MIX_KEY, CURSOR_KEY, SKIPPED_KEY)}
 
     @property
     def skipped(self) -> tuple[dict[str, Any], ...]:
-        """Chunks skipped with ``on_error="skip"`` (see ``CursorTracker.skipped``), each record
-        with the ``source`` it belongs to; saved per source in :meth:`state_dict`."""
+        """Chunks skipped with ``on_error="skip"`` (see ``CursorTracker.skipped``).
+
+        Each record holds the ``source`` it belongs to; saved per source in :meth:`state_dict`.
+        """
         return tuple({"source": i, **r} for i, t in enumerate(self.trackers) for r in t.skipped)
 
     def skip_report(self) -> str:
-        """A human-readable summary of :attr:`skipped`, per source."""
+        """A human-readable summary of :attr:`skipped`, per source.
+
+        Returns:
+            Each source's :meth:`CursorTracker.skip_report`, or a line saying none was skipped.
+        """
         if not any(t.skipped for t in self.trackers):
             return "robo_resume: no chunk skipped"
         return "\n".join(
@@ -91,7 +119,19 @@ class MixTracker:
         )
 
     def state(self, *, gather: bool = True) -> MixState:
-        """The :class:`MixState` (all ranks' positions when DDP is initialised and gather)."""
+        """The mix state of what the training loop consumed.
+
+        Args:
+            gather: under initialised DDP, gather and merge all ranks' positions (a
+                collective: every rank must call it).
+
+        Returns:
+            The :class:`MixState` (all ranks' positions when DDP is initialised and
+            ``gather``).
+
+        Raises:
+            ResumeStateError: no batch was consumed yet.
+        """
         if self.num_workers is None:
             raise ResumeStateError(
                 describe(
@@ -128,7 +168,17 @@ class MixTracker:
         return local
 
     def state_dict(self, *, gather: bool = True) -> dict[str, Any]:
-        """JSON-safe mix state (see :meth:`state`)."""
+        """The JSON-safe mix state (see :meth:`state`).
+
+        Args:
+            gather: as for :meth:`state` (a collective under DDP).
+
+        Returns:
+            :meth:`MixState.to_dict` of :meth:`state`.
+
+        Raises:
+            ResumeStateError: no batch was consumed yet.
+        """
         return self.state(gather=gather).to_dict()
 
 

@@ -154,8 +154,11 @@ def split_episodes(
         shuffle: False cuts the episodes in index order (first 90% / last 10%).
         allow_empty: return empty parts instead of raising when a part rounds to 0 episodes.
 
-    Returns ``len(fractions)`` tuples, each sorted, with :func:`split_sizes` sizes. Raises
-    ValueError (with the fix) for bad fractions, no episodes, or an empty part.
+    Returns:
+        ``len(fractions)`` tuples, each sorted, with :func:`split_sizes` sizes.
+
+    Raises:
+        ValueError: (with the fix) bad fractions or seed, no episodes, or an empty part.
     """
     weights = _check_fractions(fractions)
     seed = _check_seed(seed)
@@ -192,6 +195,18 @@ class Split:
     :func:`robo_resume.files.readable_episodes`): parts are then cut from those episodes only,
     so no part holds an unreadable one. Indices the dataset lacks are an error. The split
     depends on the set it is cut from, so the same ``among`` gives the same parts.
+
+    Attributes:
+        fractions: one share per part, each > 0, summing to 1, e.g. ``(0.9, 0.1)``.
+        index: which part this is, ``0 <= index < len(fractions)``.
+        seed: non-negative int; the split is a pure function of (seed, episode indices).
+        shuffle: False cuts the episodes in index order (first 90% / last 10%).
+        among: episode indices to cut the split from (sorted and deduplicated); None: all
+            of the dataset's.
+
+    Raises:
+        ValueError: bad fractions, seed or ``among``, or an ``index`` that is not one of the
+            parts.
     """
 
     fractions: tuple[float, ...]
@@ -236,7 +251,17 @@ class Split:
         )
 
     def select(self, episodes: Any) -> tuple[int, ...]:
-        """This part of ``episodes`` (a DatasetMeta or episode indices), sorted."""
+        """This part of ``episodes``.
+
+        Args:
+            episodes: a :class:`~robo_resume.DatasetMeta` or episode indices.
+
+        Returns:
+            The part's episode indices, sorted.
+
+        Raises:
+            ValueError: ``among`` names episodes ``episodes`` lacks, or the part is empty.
+        """
         if self.among is not None:
             known = set(_episode_ids(episodes))
             unknown = [e for e in self.among if e not in known]

@@ -1,5 +1,6 @@
-"""The state of a :class:`robo_resume.mix.MixedDataset`: one position per mix stream, and each
-source's own dataset state nested inside.
+"""The state of a :class:`robo_resume.mix.MixedDataset`.
+
+One position per mix stream, and each source's own dataset state nested inside.
 
 Same format as a single dataset's state (``format`` ``robo_resume.state``, :data:`STATE_VERSION`),
 with ``kind`` ``"mix"``; its ``sources`` are complete dataset states (kind ``"dataset"``), as a
@@ -67,11 +68,17 @@ class MixState:
 
     Attributes:
         fingerprint: :attr:`MixedDataset.fingerprint` of the run that made it.
-        world_size, num_workers, batches: topology and batches this rank consumed.
+        world_size: the ranks of the run that made it.
+        num_workers: the DataLoader workers per rank of that run.
+        batches: batches this rank consumed.
         mix: ``(rank, role, epoch, j)`` per mix stream: ``j`` batches of ``epoch`` consumed.
         sources: one :class:`ResumeState` per source (its streams' frame cursors and skips).
         source_starts: per source, the epoch its streams started the run in (0; after an
             elastic resume, where the source's re-partition starts). Absent before: zeros.
+        library_version: the robo_resume version that made the state.
+
+    Raises:
+        ResumeStateError: ``source_starts`` does not hold one epoch >= 0 per source.
     """
 
     fingerprint: Mapping[str, Any]
@@ -107,7 +114,11 @@ class MixState:
         return self.world_size, self.num_workers, self.batch_size
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (same keys at every step)."""
+        """The state as a JSON-safe dict.
+
+        Returns:
+            A dict with the same keys at every step (what :meth:`from_dict` reads).
+        """
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -124,7 +135,20 @@ class MixState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | MixState) -> MixState:
-        """Parse and validate a :meth:`to_dict` value."""
+        """Parse and validate a :meth:`to_dict` value.
+
+        A mix state of the format before version 4 is migrated (logged at INFO).
+
+        Args:
+            data: a :meth:`to_dict` value (or a MixState, returned as it is).
+
+        Returns:
+            The :class:`MixState`.
+
+        Raises:
+            ResumeStateError: ``data`` is a single dataset's state, of an unsupported
+                version, not a robo_resume mix state, or malformed.
+        """
         if isinstance(data, MixState):
             return data
         if isinstance(data, Mapping) and data.get("format") == STATE_FORMAT:
@@ -191,6 +215,14 @@ class MixState:
 
         The batch size may differ (elastic resume); each source's own options are checked by
         its dataset (:meth:`~robo_resume.dataset.ChunkedEpisodeDataset.use_resume_state`).
+
+        Args:
+            mix: the mix to resume, duck-typed: its ``fingerprint`` and ``datasets``.
+
+        Raises:
+            ResumeStateError: a fingerprint field other than the batch size differs (the
+                likely causes first: weights, sources, keys, exhausted, seed), or the number
+                of sources does.
         """
         first = ("weights", "sources", "keys", "exhausted", "seed")  # the likely causes first
         keys = sorted((set(mix.fingerprint) | set(self.fingerprint)) - {"batch_size"})

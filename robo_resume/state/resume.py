@@ -123,7 +123,8 @@ class ResumeState:
     Attributes:
         fingerprint: dataset, selection, plan and schedule options (seed, batch size, ...);
             a state only resumes a dataset with an equal fingerprint.
-        world_size, num_workers: the topology that produced the cursors.
+        world_size: the ranks of the run that produced the cursors.
+        num_workers: the DataLoader workers per rank of that run.
         batches: batches each rank's loader had delivered (the arithmetic position,
             ``resume_step // batch_size``).
         cursors: one per stream of the ranks that contributed (all ranks after a gather).
@@ -140,6 +141,9 @@ class ResumeState:
     Validated on construction: ``world_size >= 1``, ``num_workers >= 0``, ``batches >= 0``,
     and at most one cursor per stream, each of a rank ``< world_size`` and a role
     ``< max(num_workers, 1)``.
+
+    Raises:
+        ResumeStateError: a field breaks these rules (the message names it and the fix).
     """
 
     fingerprint: Mapping[str, Any]
@@ -215,7 +219,11 @@ class ResumeState:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict with a fixed set of keys (see :meth:`from_dict`)."""
+        """The state as a JSON-safe dict.
+
+        Returns:
+            A dict with a fixed set of keys (what :meth:`from_dict` reads).
+        """
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -245,15 +253,29 @@ class ResumeState:
         }
 
     def to_json(self) -> str:
-        """The state as a JSON string."""
+        """The state as a JSON string.
+
+        Returns:
+            :meth:`to_dict` as JSON, keys sorted.
+        """
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | str | bytes | ResumeState) -> ResumeState:
         """Parse and validate a dict made by :meth:`to_dict` (or a JSON string of one).
 
-        Versions 1 to 3 are migrated (logged at INFO); other versions are refused. Raises
-        :class:`~robo_resume.errors.ResumeStateError` naming what is wrong and the fix.
+        Versions 1 to 3 are migrated (logged at INFO); other versions are refused.
+
+        Args:
+            data: a :meth:`to_dict` value, its JSON (str or bytes), or a ResumeState
+                (returned as it is).
+
+        Returns:
+            The validated :class:`ResumeState`.
+
+        Raises:
+            ResumeStateError: ``data`` is not a valid dataset state (the message names what
+                is wrong and the fix).
         """
         if isinstance(data, ResumeState):
             return data
@@ -345,7 +367,14 @@ class ResumeState:
         )
 
     def mismatches(self, expected: Mapping[str, Any]) -> list[str]:
-        """Keys whose values differ between ``expected`` and this state's fingerprint, sorted."""
+        """The fingerprint keys whose values differ from ``expected``.
+
+        Args:
+            expected: the fingerprint of the dataset to resume.
+
+        Returns:
+            The differing keys, sorted.
+        """
         return [
             k
             for k in sorted(set(expected) | set(self.fingerprint))
@@ -364,6 +393,13 @@ class ResumeState:
 
         Also logs one WARNING when the state was written by another ``robo_resume`` version
         (accepted: see the module docstring).
+
+        Args:
+            expected: the fingerprint of the dataset to resume.
+            strict: raise on a difference (True) or log it (False).
+
+        Raises:
+            ResumeStateError: with ``strict``, the fingerprints differ.
         """
         self._check_library_version()
         diff = self.mismatches(expected)
@@ -401,7 +437,17 @@ class ResumeState:
         )
 
     def merged(self, other: ResumeState) -> ResumeState:
-        """Union of two ranks' states (same fingerprint and topology), newest cursor per stream."""
+        """Union of two ranks' states, newest cursor per stream.
+
+        Args:
+            other: another rank's state of the same run.
+
+        Returns:
+            The merged :class:`ResumeState`.
+
+        Raises:
+            ResumeStateError: the states have different fingerprints or topologies.
+        """
         diff = self.mismatches(other.fingerprint)
         if diff:
             key = diff[0]

@@ -1,5 +1,7 @@
-"""Process facts: the forkserver context for DataLoader workers (a visible choice, never a
-silent switch) and the rank and world size of a run."""
+"""Process facts: the forkserver context for DataLoader workers, and a run's rank and world size.
+
+The worker context is a visible choice, never a silent switch.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +27,15 @@ def worker_context(method: str = "forkserver"):
     pandas once (each worker then starts without importing them); pass it as
     ``multiprocessing_context=`` to :meth:`ChunkedEpisodeDataset.dataloader`, a DataLoader or
     torchdata's StatefulDataLoader. Not needed for safety: fork works after this process
-    decoded (see :meth:`ChunkedEpisodeDataset.dataloader`). None where ``method`` does not
-    exist (no forkserver on Windows).
+    decoded (see :meth:`ChunkedEpisodeDataset.dataloader`).
+
+    Args:
+        method: the start method, "forkserver" (preloading :data:`FORKSERVER_PRELOAD`),
+            "spawn" or "fork".
+
+    Returns:
+        The multiprocessing context, or None where ``method`` does not exist (no forkserver
+        on Windows).
     """
     import multiprocessing as mp
 
@@ -40,6 +49,10 @@ def worker_context(method: str = "forkserver"):
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)``: the given values, else ``torch.distributed``'s, else ``(0, 1)``.
+
+    Raises ValueError unless ``0 <= rank < world_size``.
+    """
     if rank is None or world_size is None:
         import torch.distributed as dist
 

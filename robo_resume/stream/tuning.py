@@ -1,5 +1,7 @@
-"""StreamTuning: the documented knobs of the stream (chunk order, interleave, tail, decoding),
-and the ``on_error`` values."""
+"""StreamTuning: the documented knobs of the stream, and the ``on_error`` values.
+
+The knobs: chunk order, interleave, tail, decoding.
+"""
 
 from __future__ import annotations
 
@@ -120,6 +122,10 @@ class StreamTuning:
             being used (with one thread, only while the loop spends at least a fifth of its
             time between batches, e.g. in a training step; else on the calling thread, which
             is then faster); in workers, on the worker's own thread.
+
+    Raises:
+        ValueError: a knob is out of range, unknown, or belongs to the other order (e.g.
+            ``interleave`` with ``order="shuffle"``); the message names the fix.
     """
 
     order: str | None = None
@@ -193,8 +199,15 @@ class StreamTuning:
         return "interleave" if changed else "shuffle"
 
     def chunk_frames(self, chunk_frames: int | None) -> int:
-        """``chunk_frames`` itself, or for None this order's default
-        (:data:`SHUFFLE_CHUNK_FRAMES` or :data:`INTERLEAVE_CHUNK_FRAMES`)."""
+        """The frames per chunk this order uses for a source's ``chunk_frames``.
+
+        Args:
+            chunk_frames: the source's value, or None for the order's default.
+
+        Returns:
+            ``chunk_frames`` itself, or for None this order's default
+            (:data:`SHUFFLE_CHUNK_FRAMES` or :data:`INTERLEAVE_CHUNK_FRAMES`).
+        """
         if chunk_frames is not None:
             return chunk_frames
         if self.resolved_order == "shuffle":
@@ -202,8 +215,16 @@ class StreamTuning:
         return INTERLEAVE_CHUNK_FRAMES
 
     def schedule_config(self, *, seed: int, batch_size: int, drop_last: bool) -> ScheduleConfig:
-        """The :class:`~robo_resume.index.schedule.ScheduleConfig` of these knobs: what the
-        dataset and ``robo-resume plan`` schedule with."""
+        """The schedule options of these knobs: what the dataset and ``robo-resume plan`` use.
+
+        Args:
+            seed: the dataset's base seed.
+            batch_size: the DataLoader's batch size.
+            drop_last: whether every stream's epoch is a whole number of batches.
+
+        Returns:
+            The :class:`~robo_resume.index.schedule.ScheduleConfig`.
+        """
         shuffle_order = self.resolved_order == "shuffle"
         return ScheduleConfig(
             seed=seed,
@@ -218,14 +239,20 @@ class StreamTuning:
 
     @classmethod
     def fast(cls, **overrides: Any) -> StreamTuning:
-        """The interleave order of robo_resume 0.1, its default until then: ``order=
-        "interleave"``, 4 open chunks of 64 frames, frames drawn at random among them.
+        """The interleave order of robo_resume 0.1, its default until then.
 
-        The most frames per second, especially without DataLoader workers, at a cost in
+        ``order="interleave"``, 4 open chunks of 64 frames, frames drawn at random among them:
+        the most frames per second, especially without DataLoader workers, at a cost in
         training quality: a stream keeps the same 4 chunks for about ``chunk_frames`` batches,
         so consecutive batches are correlated and a policy learns measurably worse than on
-        uniform sampling (docs/training-quality.md gives the measured cost). Other knobs may be
-        passed, e.g. ``StreamTuning.fast(interleave=32, interleave_order="spread")``.
+        uniform sampling (docs/training-quality.md gives the measured cost).
+
+        Args:
+            **overrides: other knobs, e.g.
+                ``StreamTuning.fast(interleave=32, interleave_order="spread")``.
+
+        Returns:
+            The :class:`StreamTuning`.
         """
         return cls(**{"order": "interleave", **overrides})
 
@@ -239,9 +266,14 @@ class StreamTuning:
         dataset order (episode by episode, as selected); with workers, each worker reads a
         consecutive piece of that order, so each worker's frames are in order and the
         DataLoader alternates between the workers batch by batch. Use it with
-        ``drop_last=False`` (the default). Other knobs may be passed, e.g.
-        ``StreamTuning.evaluation(block_frames=32)``. Under DDP, rank ``r`` gets the ``r``-th
+        ``drop_last=False`` (the default). Under DDP, rank ``r`` gets the ``r``-th
         consecutive part of the frames (see ``tail``); sum or gather the metrics per rank
         after the pass.
+
+        Args:
+            **overrides: other knobs, e.g. ``StreamTuning.evaluation(block_frames=32)``.
+
+        Returns:
+            The :class:`StreamTuning`.
         """
         return cls(**{"order": "interleave", "shuffle": False, "tail": "keep", **overrides})

@@ -37,25 +37,43 @@ def make_dataset(
 ) -> FactoryDataset:
     """Write a real LeRobot dataset to ``root`` and return what was written.
 
-    ``version`` "v3.0": ``episodes_per_file`` consecutive episodes share one data parquet and one
-    mp4 per camera; file numbers roll into the next ``chunk-XXX`` folder after
-    ``files_per_chunk`` files (info.json ``chunks_size``). "v2.1": one parquet and one mp4 per
-    camera per episode, ``files_per_chunk`` episodes per chunk folder.
+    Frame ``i`` of an mp4 is at ``i / fps`` seconds. Data parquet files have row groups of 16
+    rows. The dataset is written to a temporary sibling folder and renamed to ``root`` when
+    complete.
 
-    Cameras are ``observation.images.cam0`` .. ``cam{num_cameras - 1}`` (0 to 4). ``codec`` is
-    "av1" (libsvtav1, crf 30 and lerobot's default ``gop=2``; preset 8, not lerobot's 12, see
-    ``codec_options``), "h264"
-    (libx264 with no scene-cut keyframes) or "mpeg4"; keyframes come exactly every ``gop``
-    frames of each mp4 (episodes sharing an mp4 are encoded as one stream). Frame ``i`` of an mp4
-    is at ``i / fps`` seconds. Episode ``e`` has task ``tasks[e % len(tasks)]``. Data parquet
-    files have row groups of 16 rows.
+    Args:
+        root: the dataset folder to create; it must not exist unless ``overwrite``.
+        version: "v3.0": ``episodes_per_file`` consecutive episodes share one data parquet and
+            one mp4 per camera; file numbers roll into the next ``chunk-XXX`` folder after
+            ``files_per_chunk`` files (info.json ``chunks_size``). "v2.1": one parquet and one
+            mp4 per camera per episode, ``files_per_chunk`` episodes per chunk folder.
+        episode_lengths: frames per episode, one entry per episode.
+        fps: frames per second.
+        num_cameras: cameras ``observation.images.cam0`` .. ``cam{num_cameras - 1}`` (0 to 4).
+        height: frame height in pixels (at least 48).
+        width: frame width in pixels (at least 64).
+        codec: "av1" (libsvtav1, crf 30 and lerobot's default ``gop=2``; preset 8, not
+            lerobot's 12, see ``codec_options``), "h264" (libx264 with no scene-cut
+            keyframes) or "mpeg4".
+        gop: keyframes come exactly every ``gop`` frames of each mp4 (episodes sharing an mp4
+            are encoded as one stream).
+        episodes_per_file: (v3.0) consecutive episodes per data parquet and mp4.
+        files_per_chunk: files (v3.0) or episodes (v2.1) per ``chunk-XXX`` folder.
+        state_dim: size of ``observation.state``.
+        action_dim: size of ``action``.
+        tasks: episode ``e`` has task ``tasks[e % len(tasks)]``.
+        overwrite: replace an empty folder or a folder holding a ``meta`` folder (a
+            dataset) at ``root``; anything else is left alone and raises ValueError.
+        progress: print one line per written file group to stderr.
 
-    The dataset is written to a temporary sibling folder and renamed to ``root`` when complete.
-    ``root`` must not exist unless ``overwrite=True``, which replaces an empty folder or a folder
-    holding a ``meta`` folder (a dataset); anything else is left alone and raises ValueError.
-    Raises ValueError for an unknown codec or version, non-positive lengths, sizes or counts,
-    too many cameras, episodes or frames for the pixel pattern, or images smaller than 48x64.
-    ``progress=True`` prints one line per written file group to stderr.
+    Returns:
+        A :class:`~robo_resume.testing.truth.FactoryDataset`: the ground truth of what was
+        written.
+
+    Raises:
+        ValueError: an unknown codec or version, non-positive lengths, sizes or counts, too
+            many cameras, episodes or frames for the pixel pattern, images smaller than
+            48x64, or ``root`` exists and may not be replaced.
     """
     root = Path(root)
     if codec not in CODECS:
