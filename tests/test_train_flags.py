@@ -168,3 +168,23 @@ def test_a_resume_keeps_the_checkpoints_data_flags_unless_given():
     assert DataOptions(on_error="skip").resumed(None) == (DataOptions(on_error="skip"), [])
     # resume_strict is never taken from a checkpoint
     assert "resume_strict" not in DataOptions().to_saved()
+
+
+def test_other_library_errors_leaving_train_get_the_flags_as_a_note(tmp_path):
+    """A library ValueError (not a RoboResumeError) keeps its traceback and gains a note with
+    its Python advice as flags."""
+    from robo_resume import ChunkedEpisodeDataset, make_dataset
+    from robo_resume.lerobot_train import add_flag_advice
+
+    root = make_dataset(tmp_path / "d", episode_lengths=(6,)).root
+    ds = ChunkedEpisodeDataset(root, batch_size=2, on_error="skip")
+    with pytest.raises(ValueError) as info:
+        iter(ds)
+    assert "on_error='skip'" in str(info.value)
+    add_flag_advice(info.value)
+    (note,) = info.value.__notes__
+    assert note.startswith("robo-resume train: ") and "--data.on_error=skip" in note
+    assert "on_error='skip'" not in note
+    plain = ValueError("nothing to rewrite")
+    add_flag_advice(plain)
+    assert not getattr(plain, "__notes__", None)

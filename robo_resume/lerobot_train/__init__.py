@@ -109,6 +109,7 @@ __all__ = [
     "MixOptions",
     "StreamOptions",
     "TrainSetupError",
+    "add_flag_advice",
     "main",
     "split_args",
     "split_data_args",
@@ -128,6 +129,20 @@ def __getattr__(name: str):
 
 
 # -- entry point ---------------------------------------------------------------------------------
+def add_flag_advice(exc: BaseException) -> None:
+    """Add a note to ``exc`` (shown under its traceback) with its message's Python advice
+    (``on_error='skip'``, ``episodes=[...]``, ...) as ``robo-resume train`` flags, when it has
+    any.
+
+    Args:
+        exc: an exception leaving ``robo-resume train``.
+    """
+    text = str(exc)
+    advice = cli_advice(text)
+    if advice != text:
+        exc.add_note(f"robo-resume train: {advice}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``robo-resume train ARGS``: returns the exit code (0 done, 2 a setup or input error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -169,6 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(__name__).debug("setup error", exc_info=True)
         print(f"error: {cli_advice(str(exc))}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a bug or a library error of another class: keep its traceback
+        add_flag_advice(exc)
+        raise
     finally:
         sys.argv = saved_argv
     return 0
