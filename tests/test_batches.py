@@ -209,7 +209,7 @@ def test_planar_decode_falls_back_when_ffmpeg_disagrees(factory, monkeypatch, pa
 
     ds = factory(codec="h264", gop=5, num_cameras=1, episode_lengths=(30,))
     path = next(ds.root.glob("videos/**/*.mp4"))
-    monkeypatch.setattr(rgb, "_PLANAR_OK", {})
+    monkeypatch.setattr(rgb, "PLANAR_OK", {})
     real, direct = rgb.planar_rgb, rgb.convert_gbrp
 
     def skewed_direct(frame, out):  # a swscale whose gbrp output is off by one
