@@ -88,7 +88,7 @@ def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int 
             )
         return ResumePoint(0, tuple(StreamStart(0, 0) for _ in range(w)))
     epoch, s = divmod(batches, per_epoch)
-    starts = tuple(
+    resumed = tuple(
         StreamStart(
             epoch,
             min(
@@ -98,7 +98,7 @@ def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int 
         )
         for role in range(w)
     )
-    return ResumePoint(s % w, starts)
+    return ResumePoint(s % w, resumed)
 
 
 class StartPoint(NamedTuple):
