@@ -205,7 +205,7 @@ def make_chunks(
     episodes: EpisodeSpans | Sequence[EpisodeSpan],
     chunk_frames: int,
     *,
-    cut_points: Mapping[int, Sequence[int]] | None = None,
+    cut_points: Mapping[int, Sequence[int] | np.ndarray] | None = None,
 ) -> Plan:
     """Cut episodes into chunks of about ``chunk_frames`` frames; the :class:`Plan`.
 
@@ -279,7 +279,7 @@ def _even_chunks(spans: EpisodeSpans, per: np.ndarray, count: int, chunk_frames:
 
 
 def _cut_keys(
-    spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int]]
+    spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int] | np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, cut)``: the cut points that can start a chunk (``0 < c < length``) as sorted
     global keys ``offset[row] + c`` (``offset``: the cumulative lengths), one array for all

@@ -141,6 +141,7 @@ _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # torch >= 2.1
 
 def _uses(t: torch.Tensor) -> int:
     """How many tensors (of any process-local owner) hold ``t``'s storage."""
+    assert _USE_COUNT is not None  # _PlainRing.take checks first
     return _USE_COUNT(t.untyped_storage()._cdata)
 
 
@@ -262,6 +263,7 @@ class BatchTarget:
         again when the batch using it is gone (only if the token still matches), so a late
         release from an earlier iterator's batch never frees another batch's slot.
         """
+        assert self._ring is not None  # callers check first
         flags, row, bufs = self._ring
         free = (flags[row] == 0).nonzero()
         if not len(free):

@@ -225,7 +225,7 @@ class WindowRead:
         if not picked:
             return None if buf is not None else np.zeros((0, 3, 0, 0), dtype=np.uint8)
         fresh = buf is None
-        if fresh:
+        if buf is None:
             h, w = picked[0].height, picked[0].width
             width = 1 if d is None else len(d)
             buf = np.empty((len(kept), *((width,) if width > 1 else ()), 3, h, w), np.uint8)
