@@ -32,7 +32,13 @@ from ..index.schedule import (
     Segment,
     Topology,
 )
-from ..index.start import StartPoint, resume_at, resume_point, worker_batches_done
+from ..index.start import (
+    StartPoint,
+    StreamView,
+    resume_at,
+    resume_point,
+    worker_batches_done,
+)
 from ..state.fingerprint import expected_for, plan_of_state, value_hash
 from ..state.resume import ResumeState, StreamCursor
 from .epochs import EpochTable
@@ -518,7 +524,7 @@ class StreamPositions:
         return seg.stop
 
     def log_resume(
-        self, sched: Schedule, stream: int, epoch: int, position: int, label: str = ""
+        self, sched: StreamView, stream: int, epoch: int, position: int, label: str = ""
     ) -> None:
         """Log the stream's one `resume:` line: where it continues (chunk, frame, episode);
         ``label`` ends the line (a mix names the source, `` source=1 (b)``)."""
