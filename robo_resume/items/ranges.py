@@ -4,7 +4,7 @@ camera, as columns or as items (:func:`unbind`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from ..format.images import decode_image
 from ..format.video import VideoReader
 from .windows import HeldWindows, decode_windows_into, window_run
 
+if TYPE_CHECKING:
+    from .builder import ItemBuilder  # which makes these readers
+
 
 class EpisodeRangeReader:
     """Reads items of frames ``[start, stop)`` of one episode, in increasing frame order.
@@ -28,7 +31,7 @@ class EpisodeRangeReader:
 
     def __init__(
         self,
-        builder: Any,
+        builder: ItemBuilder,
         episode_index: int,
         start: int,
         stop: int,
@@ -90,7 +93,7 @@ class EpisodeRangeReader:
                 )
             listed = self.builder.episode_task_indices(ep)
             bad = np.flatnonzero(~np.isin(tasks, listed)) if listed is not None else bad
-            if bad.size:
+            if bad.size and listed is not None:  # (bad is empty when listed is None)
                 k = int(bad[0])
                 names = self.builder.meta.tasks
                 raise MetadataMismatchError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ResumeStateError, describe
 from ..index.elastic import build_layout
@@ -12,10 +12,13 @@ from ..index.schedule import Topology
 from ..index.start import StartPoint, worker_batches_done
 from ..state.mix import MixState
 from ..state.records import check_resume_step
-from ..state.resume import StreamCursor
+from ..state.resume import ResumeState, StreamCursor
 from ..stream.epochs import EpochTable
 from .levels import MixLevel
 from .order import MixOrder
+
+if TYPE_CHECKING:
+    from ..dataset import ChunkedEpisodeDataset
 
 
 class MixPositions:
@@ -34,7 +37,7 @@ class MixPositions:
     def __init__(
         self,
         order: MixOrder,
-        datasets: Sequence[Any],
+        datasets: Sequence[ChunkedEpisodeDataset],
         *,
         batch_size: int,
         rank: int,
@@ -182,7 +185,8 @@ class MixPositions:
         starts = []
         for role, (e, j) in enumerate(cur):
             g = lv.topology.stream_id(self.rank, role)
-            sources = [ds.resume_state for ds in self.datasets]
+            # a resumed mix resumes every source (use_resume_state gives each its state)
+            sources = cast("list[ResumeState]", [ds.resume_state for ds in self.datasets])
             recorded = [
                 {(c.rank, c.role): c for c in s.cursors}.get((self.rank, role)) for s in sources
             ]

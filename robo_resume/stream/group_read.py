@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..index.schedule import Group
+from ..items.builder import ItemBuilder
 from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .read_ahead import take_ahead
 from .tuning import SKIP_ERRORS
@@ -146,7 +147,7 @@ class GroupRead:
 
     def __init__(
         self,
-        items: Any,
+        items: ItemBuilder,
         group: Group,
         offset: int,
         *,

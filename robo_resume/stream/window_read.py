@@ -20,6 +20,7 @@ import numpy as np
 
 from ..format.rgb import planar_rgb_rows
 from ..index.groups import Group
+from ..items.builder import ItemBuilder
 from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .tuning import SKIP_ERRORS
 
@@ -42,7 +43,7 @@ class WindowRead:
 
     def __init__(
         self,
-        items: Any,
+        items: ItemBuilder,
         group: Group,
         offset: int,
         *,
