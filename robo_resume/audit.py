@@ -138,12 +138,12 @@ def audit(
     def make(cls=ChunkedEpisodeDataset, **kw):
         return cls(root, batch_size=batch_size, **ds_kwargs, **kw)
 
-    run = dict(num_workers=num_workers, epochs=epochs, loader_kwargs=loader_kwargs)
+    run: dict[str, Any] = dict(num_workers=num_workers, epochs=epochs, loader_kwargs=loader_kwargs)
     full_batches, _ = consume(make, **run)
     full = [i for _, b in full_batches for i in b]
     before_batches, state = consume(make, stop_after=crash_at, **run)
     before = [i for _, b in before_batches for i in b]
-    if len(before_batches) < crash_at:
+    if len(before_batches) < crash_at or state is None:  # consume gives a state at crash_at
         raise ValueError(
             f"crash_at={crash_at} is past the end of the run ({len(before_batches)} batches)"
         )

@@ -110,7 +110,7 @@ def _remove_stale_tmps(path: Path) -> int:
     return removed
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     """Write ``path`` atomically: ``write(f)`` fills a temporary sibling that replaces it.
 
     See the module docstring for the steps and the cleanup of leftovers. If ``write`` raises,

@@ -80,7 +80,7 @@ WORKER_START_METHOD: str | None = None
 torch's default, ``fork`` on Linux). robo_resume never changes it itself."""
 
 
-def episode_spans(meta: DatasetMeta, episodes: Sequence[int] | None) -> EpisodeSpans:
+def episode_spans(meta: DatasetMeta, episodes: Sequence[int] | np.ndarray | None) -> EpisodeSpans:
     """The planning columns ``(episode_index, dataset_from_index, length)`` of ``episodes``.
 
     In that order (None: every episode, sorted), as int64 arrays: the one place the plan reads
@@ -215,15 +215,18 @@ class ChunkedEpisodeDataset(IterableDataset):
                 )
             )
         features = src.selection()
-        if meta is None and (src.repo_id is not None or src.root is None):
-            _, meta = resolve_dataset(
-                src.repo_id,
-                root=src.root,
-                revision=src.revision,
-                episodes=src.episodes,
-                features=features,
-            )
-        self.meta = (meta if meta is not None else load_metadata(src.root)).select(features)
+        if meta is None:
+            if src.repo_id is not None or src.root is None:
+                _, meta = resolve_dataset(
+                    src.repo_id,
+                    root=src.root,
+                    revision=src.revision,
+                    episodes=src.episodes,
+                    features=features,
+                )
+            else:
+                meta = load_metadata(src.root)
+        self.meta = meta.select(features)
         self.renames = check_renames(self.meta, src.renames())
         every = src.episodes is None
         episodes = selected_episode_array(self.meta, src.episodes)

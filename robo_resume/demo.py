@@ -70,6 +70,7 @@ def train(args: argparse.Namespace) -> int:
 
     from .checkpoint import load_checkpoint, save_checkpoint
     from .dataset import ChunkedEpisodeDataset
+    from .stream.loader import BatchLoader
 
     work = Path(args.workdir)
     ckpt_path = work / "ckpt.pt"
@@ -99,6 +100,7 @@ def train(args: argparse.Namespace) -> int:
         step = ckpt["step"]
     tracker = ds.tracker()
     loader = ds.dataloader(num_workers=args.num_workers)
+    assert isinstance(loader, BatchLoader)  # no collate_fn, not stateful
     run = "resumed" if ckpt else "first"
     first = True
     with open(work / "consumed.jsonl", "a") as log:

@@ -68,11 +68,14 @@ class LeRobotReader(torch.utils.data.Dataset):
         decoder_threads: int = 1,
         meta: DatasetMeta | None = None,
     ) -> None:
-        if meta is None and (repo_id is not None or root is None):
-            root, meta = resolve_dataset(
-                repo_id, root=root, revision=revision, episodes=episodes, features=features
-            )
-        self.meta = (meta if meta is not None else load_metadata(root)).select(features)
+        if meta is None:
+            if repo_id is not None or root is None:
+                root, meta = resolve_dataset(
+                    repo_id, root=root, revision=revision, episodes=episodes, features=features
+                )
+            else:
+                meta = load_metadata(root)
+        self.meta = meta.select(features)
         self.repo_id, self.revision = repo_id, revision
         self.options = ItemOptions(
             delta_timestamps=delta_timestamps,

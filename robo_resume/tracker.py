@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from .errors import ResumeStateError, describe
 from .index.schedule import Topology
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .state.resume import ResumeState, StreamCursor
+
+if TYPE_CHECKING:
+    from .dataset import ChunkedEpisodeDataset  # which builds its tracker
 
 __all__ = ["CursorTracker", "check_batch_origin"]
 
@@ -43,7 +46,7 @@ class CursorTracker:
             its resume state are carried over.
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: ChunkedEpisodeDataset) -> None:
         self.dataset = dataset
         self.key = CURSOR_KEY
         self.num_workers: int | None = None

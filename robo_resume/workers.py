@@ -223,7 +223,7 @@ def _unguarded_start() -> tuple[str, int] | None:
     main = sys.modules.get("__main__")
     if main is None or not _main_file(main):
         return None
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
             break

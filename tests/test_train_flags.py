@@ -101,7 +101,8 @@ def test_mix_features_one_mapping_per_source_kept_by_the_checkpoint_options():
 
 def _fix_texts() -> list[tuple[str, str]]:
     """(file, text) of every ``fix=`` given to a call in robo_resume's library code, and of the
-    module-level fix tables (``FIX``, ``FIX_DEFAULT``, ``ESCAPE``), with f-string parts as written."""
+    module-level fix tables (``FIX``, ``FIX_DEFAULT``, ``ESCAPE``), with f-string parts as
+    written."""
     out = []
     package = Path(robo_resume.__file__).parent
     for path in sorted(package.rglob("*.py")):
@@ -113,7 +114,8 @@ def _fix_texts() -> list[tuple[str, str]]:
             if isinstance(node, ast.keyword) and node.arg == "fix":
                 values.append(node.value)
             elif isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id in ("FIX", "FIX_DEFAULT", "ESCAPE") for t in node.targets
+                isinstance(t, ast.Name) and t.id in ("FIX", "FIX_DEFAULT", "ESCAPE")
+                for t in node.targets
             ):
                 value = node.value
                 values.extend(value.values if isinstance(value, ast.Dict) else [value])

@@ -32,10 +32,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 with av.open(str(meta.root / rel)) as c:
                     s = c.streams.video[0]
                     s.thread_count = 1
+                    tb = s.time_base
+                    if tb is None:
+                        raise ValueError("the video stream has no time base")
                     keys = [
-                        float(p.pts * s.time_base)
-                        for p in c.demux(s)
-                        if p.is_keyframe and p.pts is not None
+                        float(p.pts * tb) for p in c.demux(s) if p.is_keyframe and p.pts is not None
                     ]
                     gaps = [round((b - a) * meta.fps) for a, b in itertools.pairwise(sorted(keys))]
                     found = {
@@ -51,7 +52,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         cams[cam] = {
             "declared_codec": declared,
             "container": found,
-            "agrees": bool(found) and found["codec"] == _codec_name(declared),
+            "agrees": found is not None and found["codec"] == _codec_name(declared),
         }
     report = {
         "root": str(meta.root),

@@ -65,7 +65,7 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
 
     # a new robo-resume train run's values (the library's default order, or the flags)
     tuning = StreamTuning(**resolve_stream(_stream_options(args), None, args.batch_size))
-    meta = load_metadata(src.root).select(src.selection())
+    meta = load_metadata(args.root).select(src.selection())  # cmd_plan checks ROOT is given
     every = src.episodes is None  # all episodes: the metadata's columns as they are
     spans = EpisodeSpans(*meta.spans(None if every else select_episodes(meta, src.episodes)))
     config = tuning.schedule_config(seed=args.seed, batch_size=args.batch_size, drop_last=False)

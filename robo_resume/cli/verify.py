@@ -38,8 +38,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for r in res:
                 results.append({"crash_at": crash, "rank": rank, **r.as_dict()})
                 consumed.setdefault(crash, {}).setdefault(r.scenario, Counter()).update(r.order)
-    for r in results:
-        r.pop("order", None)
+    for row in results:
+        row.pop("order", None)
     ok = all(
         r["replayed"] == 0 and r["lost"] == 0 and r["same_order"]
         for r in results

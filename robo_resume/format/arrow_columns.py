@@ -42,7 +42,22 @@ def plain_numpy(col: Any) -> np.ndarray | None:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def jsonl_episode_columns(path: Path) -> tuple[np.ndarray, ...] | None:
+def integers_of(col: Any) -> np.ndarray:
+    """:func:`plain_numpy` of an Arrow integer array that has no nulls by construction (a list
+    array's offsets, a dictionary encoding's indices)."""
+    out = plain_numpy(col)
+    assert out is not None, col.type  # integers without nulls: plain_numpy's own case
+    return out
+
+
+def offsets_of(lists: Any) -> np.ndarray:
+    """The offsets of an Arrow list array (``len(lists) + 1`` integers)."""
+    return integers_of(lists.offsets)
+
+
+def jsonl_episode_columns(
+    path: Path,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[str, ...]] | None:
     """``meta/episodes.jsonl`` as ``(episode_index, length, task_offsets, task_codes,
     task_names)``, stably sorted by episode_index, task names numbered in order of first use
     (what the row-by-row reader and :func:`~.episode_table.task_columns` give); None when
@@ -72,7 +87,7 @@ def jsonl_episode_columns(path: Path) -> tuple[np.ndarray, ...] | None:
             flat = col.flatten()  # the values of the lists that are not null
             if flat.null_count:
                 return None
-            lengths = np.diff(plain_numpy(col.offsets).astype(np.int64))
+            lengths = np.diff(offsets_of(col).astype(np.int64))
             if col.null_count:  # a missing or null list is no tasks
                 bits = np.frombuffer(col.buffers()[0], np.uint8)
                 valid = np.unpackbits(bits, bitorder="little")[col.offset : col.offset + n]
@@ -89,7 +104,7 @@ def jsonl_episode_columns(path: Path) -> tuple[np.ndarray, ...] | None:
         import pyarrow.compute as pc
 
         encoded = pc.dictionary_encode(flat)
-        codes = plain_numpy(encoded.indices).astype(np.int32)
+        codes = integers_of(encoded.indices).astype(np.int32)
         task_names = encoded.dictionary.to_pylist()
     else:
         codes, task_names = np.zeros(0, np.int32), []

@@ -39,7 +39,8 @@ def declared_chw(feature: Mapping[str, Any]) -> tuple[int, int, int] | None:
     if not isinstance(shape, list | tuple) or len(shape) != 3:
         return None
     if isinstance(names, list | tuple) and {"height", "width", "channels"} <= set(names):
-        return tuple(int(shape[names.index(n)]) for n in ("channels", "height", "width"))
+        c, h, w = (int(shape[names.index(n)]) for n in ("channels", "height", "width"))
+        return c, h, w
     return int(shape[2]), int(shape[0]), int(shape[1])
 
 
@@ -59,10 +60,10 @@ def decode_image(
     feature's declared shape, :class:`UnsupportedFeatureError` for a mode other than
     :data:`MODES`; every message names ``file``, ``episode`` and ``frame``.
     """
-    where = dict(file=file, episode=episode, frame=frame)
+    where: dict[str, Any] = dict(file=file, episode=episode, frame=frame)
     want = declared_chw(feature)
     try:
-        img = PIL.Image.open(io.BytesIO(data))
+        img: PIL.Image.Image = PIL.Image.open(io.BytesIO(data))
         size = (img.height, img.width)
         # before decoding (a forged header must not allocate more); an EXIF rotation may swap
         # height and width, so only the pixel count here, the exact shape after decoding

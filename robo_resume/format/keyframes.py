@@ -95,9 +95,9 @@ def keyframe_cuts(
         return None
     cuts: dict[int, np.ndarray] = {}
     for i, code in enumerate(files.tolist()):
-        keys = per_file.get(code)
-        if keys is not None:
+        found = per_file.get(code)
+        if found is not None:
             a, n = int(first[i]), int(lengths[i])
-            lo, hi = np.searchsorted(keys, [a, a + n], side="right")  # inside: a < k
-            cuts[int(episodes[i])] = keys[lo:hi] - a + lookback
+            lo, hi = np.searchsorted(found, [a, a + n], side="right")  # inside: a < k
+            cuts[int(episodes[i])] = found[lo:hi] - a + lookback
     return cuts

@@ -52,7 +52,7 @@ def read_json(path: Path) -> Any:
         ) from exc
 
 
-_SCAN = json.JSONDecoder().scan_once  # what json.loads runs on the text after its whitespace
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # not in typeshed; what json.loads runs on the text after its whitespace
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

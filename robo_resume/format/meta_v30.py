@@ -19,7 +19,7 @@ from ..errors import (
     MissingFileError,
     describe,
 )
-from .arrow_columns import plain_numpy
+from .arrow_columns import integers_of, plain_numpy
 from .episode_table import EpisodeTable, VideoColumns, take_ragged, task_columns
 from .meta_files import format_path, read_json, tasks_tuple
 from .validate import (
@@ -116,7 +116,7 @@ def load_v30(
             )
 
     data_tpl = info.get("data_path")
-    video_tpl = info.get("video_path")
+    video_tpl = info.get("video_path") or ""
     if not data_tpl:
         raise DatasetFormatError(
             describe(
@@ -291,13 +291,12 @@ def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple
             lengths = pc.list_value_length(lists)
             if lengths.null_count:  # fill_null imports pandas: only when there is a null
                 lengths = lengths.fill_null(0)
-            lengths = plain_numpy(lengths)
             offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[1:])
+            np.cumsum(integers_of(lengths), out=offsets[1:])
             encoded = pc.dictionary_encode(flat)
             return (
                 offsets,
-                plain_numpy(encoded.indices).astype(np.int32),
+                integers_of(encoded.indices).astype(np.int32),
                 tuple(encoded.dictionary.to_pylist()),
             )
     values = col.to_pandas().tolist()

@@ -94,7 +94,9 @@ def _boxes(buf: bytes, path: Path, start: int, end: int, base: int):
         at = stop - base
 
 
-def _child(buf, path, start, end, base, kind: bytes):
+def _child(
+    buf: bytes, path: Path, start: int, end: int, base: int, kind: bytes
+) -> tuple[int, int] | None:
     for k, p, e in _boxes(buf, path, start, end, base):
         if k == kind:
             return p, e
@@ -109,7 +111,7 @@ def _field(buf: bytes, path: Path, box: tuple[int, int], offset: int, kind: str)
     return struct.unpack_from(">I", buf, p + offset)[0]
 
 
-def _video_stbl(buf: bytes, path: Path, trak: tuple[int, int], base: int):
+def _video_stbl(buf: bytes, path: Path, trak: tuple[int, int], base: int) -> tuple[int, int] | None:
     """The ``stbl`` box of ``trak`` if it is a video track (``hdlr`` handler ``vide``)."""
     mdia = _child(buf, path, *trak, base, b"mdia")
     if mdia is None:

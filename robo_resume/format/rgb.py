@@ -95,7 +95,7 @@ def planar_rgb_rows(frames: Sequence[Any], out: np.ndarray, rows: Sequence[int])
     addr0, step = row_addresses(out)
     writer = planar_writer(frames[0]) if addr0 is not None else None
     for r, frame in zip(rows, frames, strict=True):
-        if writer and writer(frame, addr0 + r * step):
+        if writer and addr0 is not None and writer(frame, addr0 + r * step):
             continue
         planar_rgb(frame, out[r], None if addr0 is None else addr0 + r * step)
         if writer is None and addr0 is not None:  # the first frame checked the format

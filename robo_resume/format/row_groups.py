@@ -32,7 +32,7 @@ class RowGroupCache:
         return {"max_bytes": self.max_bytes}
 
     def __setstate__(self, state) -> None:
-        self.__init__(state["max_bytes"])
+        RowGroupCache.__init__(self, state["max_bytes"])
 
     def get(self, key: tuple) -> dict[str, np.ndarray] | None:
         """The columns stored under ``key``, now the most recently used (None: not held)."""

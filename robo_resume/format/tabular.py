@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -104,7 +104,7 @@ class ParquetTable:
         self.fps = fps
         self.tolerance_s = tolerance_s
         self.features = features
-        self._file = None
+        self._file: Any = None  # a pyarrow.parquet.ParquetFile once open (pyarrow: untyped)
         self._rg_starts: list[int] = []
         self._typed: set[str] = set()  # columns whose type was checked
         self._shapes_ok: set[tuple] = set()  # (column, value shape) found as declared
@@ -198,7 +198,7 @@ class ParquetTable:
         last = bisect.bisect_left(self._rg_starts, stop) - 1
         groups = list(range(max(first, 0), max(last, first) + 1))
         if self.cache is not None and groups:
-            out = self._read_cached(f, groups, start, stop, columns)
+            out = self._read_cached(f, self.cache, groups, start, stop, columns)
             if out is not None:
                 for c in columns:
                     self._check_shape(c, out[c], episode)
@@ -242,7 +242,15 @@ class ParquetTable:
             self._check_timestamps(out, episode, start)
         return out
 
-    def _read_cached(self, f, groups: list[int], start: int, stop: int, columns: Sequence[str]):
+    def _read_cached(
+        self,
+        f: Any,
+        cache: RowGroupCache,
+        groups: list[int],
+        start: int,
+        stop: int,
+        columns: Sequence[str],
+    ) -> dict[str, np.ndarray] | None:
         """Rows ``[start, stop)`` of ``columns`` from decoded row groups, the missing ones read
         (together) and kept in :attr:`cache`; None where that cannot be done (string or image
         columns; nulls or anything :func:`column_to_numpy` refuses in a group read: the plain
@@ -251,7 +259,7 @@ class ParquetTable:
             return None
         cols = tuple(columns)
         keys = [(str(self.path), g, cols) for g in groups]
-        parts = [self.cache.get(k) for k in keys]
+        parts = [cache.get(k) for k in keys]
         missing = [g for g, part in zip(groups, parts, strict=True) if part is None]
         if missing:
             try:
@@ -273,11 +281,12 @@ class ParquetTable:
                     part = {c: v.copy() for c, v in part.items()}
                 at += n
                 parts[groups.index(g)] = part
-                self.cache.put(keys[groups.index(g)], part)
+                cache.put(keys[groups.index(g)], part)
+        held = cast("list[dict[str, np.ndarray]]", parts)  # every group filled above
         base = self._rg_starts[groups[0]]
-        if len(parts) == 1:
-            return {c: parts[0][c][start - base : stop - base] for c in cols}
-        return {c: np.concatenate([p[c] for p in parts])[start - base : stop - base] for c in cols}
+        if len(held) == 1:
+            return {c: held[0][c][start - base : stop - base] for c in cols}
+        return {c: np.concatenate([p[c] for p in held])[start - base : stop - base] for c in cols}
 
     def _group_rows(self, g: int) -> int:
         """Rows in row group ``g``."""

@@ -23,10 +23,10 @@ import itertools
 import os
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,11 @@ from ..errors import (
     describe,
 )
 from .rgb import planar_rgb, planar_writer, row_addresses
+
+if TYPE_CHECKING:  # av is imported where a file is opened (importing robo_resume stays light)
+    from av.container import InputContainer
+    from av.video.frame import VideoFrame
+    from av.video.stream import VideoStream
 
 __all__ = [
     "VideoReader",
@@ -139,10 +144,10 @@ class VideoReader:
         self.cache_frames = max(int(cache_frames), 0)
         self.seek_threshold_s = seek_threshold_s
         self.episode = episode
-        self._container = None
-        self._stream = None
-        self._frames = None  # iterator of decoded frames
-        self._last_time = None  # time of the last decoded frame (seconds)
+        self._container: InputContainer | None = None
+        self._stream: VideoStream | None = None
+        self._frames: Iterator[VideoFrame] | None = None  # iterator of decoded frames
+        self._last_time: float | None = None  # time of the last decoded frame (seconds)
         self._cache: OrderedDict[float, np.ndarray] = OrderedDict()
         # Frames decoded ahead by decode_ahead() and not yet consumed, unconverted (av frames,
         # refcounted FFmpeg buffers); a None or an exception last: the end or a decode error,
@@ -188,7 +193,7 @@ class VideoReader:
                 self._ahead.clear()
 
     # -- opening ---------------------------------------------------------------------------
-    def _open(self):
+    def _open(self) -> InputContainer:
         if self._container is not None:
             return self._container
         import av
@@ -253,15 +258,20 @@ class VideoReader:
         _DECODING_PIDS.add(os.getpid())
         return container
 
+    def _opened(self) -> tuple[InputContainer, VideoStream]:
+        """The container and its video stream, opened now if closed."""
+        container = self._open()
+        assert self._stream is not None  # _open sets both
+        return container, self._stream
+
     def info(self) -> VideoStreamInfo:
         """Return codec, size, fps, frame count and duration read from the container."""
-        self._open()
-        s = self._stream
+        container, s = self._opened()
         tb = float(s.time_base) if s.time_base else 0.0
         fps = float(s.average_rate) if s.average_rate else 0.0
         duration = float(s.duration * s.time_base) if s.duration and s.time_base else 0.0
-        if not duration and self._container.duration:
-            duration = self._container.duration / 1_000_000
+        if not duration and container.duration:
+            duration = container.duration / 1_000_000
         return VideoStreamInfo(
             codec=s.codec_context.name,
             width=s.codec_context.width,
@@ -274,8 +284,7 @@ class VideoReader:
 
     def start_time(self) -> float:
         """Time (s) of the stream's first frame according to the container header (no decoding)."""
-        self._open()
-        s = self._stream
+        _, s = self._opened()
         if s.start_time is None or not s.time_base:
             return 0.0
         return float(s.start_time * s.time_base)
@@ -301,19 +310,19 @@ class VideoReader:
 
         with av.open(str(self.path)) as c:
             s = c.streams.video[0]
-            tb = float(s.time_base)
-            return sorted(
+            tb = float(s.time_base) if s.time_base else 0.0
+            times = sorted(
                 float(p.pts * tb) for p in c.demux(s) if p.pts is not None and p.is_keyframe
             )
+        return times
 
     # -- decoding --------------------------------------------------------------------------
     def _seek(self, t: float) -> None:
-        container = self._open()
-        stream = self._stream
+        container, stream = self._opened()
         # Rounded, not truncated: timestamps come from float32 parquet columns, so a keyframe's
         # time (250/30 s: 127999.995 ticks of 1/15360) truncated one tick short seeks a whole
         # GOP back (measured on h264 gop 250: 1 GOP decoded and thrown away per such seek).
-        target = max(round(t / float(stream.time_base)), 0)
+        target = max(round(t / self._time_base), 0)
         try:
             container.seek(target, stream=stream, backward=True, any_frame=False)
         except Exception as exc:
@@ -344,6 +353,7 @@ class VideoReader:
         return self._decode()
 
     def _decode(self):
+        assert self._frames is not None  # callers seek first
         try:
             frame = next(self._frames)
         except StopIteration:
@@ -503,6 +513,7 @@ class VideoReader:
         else:
             pending = list(range(n))
         if not pending:
+            assert out is not None  # n > 0 frames, all from the cache
             return out
 
         addr0, step = row_addresses(out) if channels_first else (None, 0)
@@ -545,6 +556,7 @@ class VideoReader:
             self._cache_layout = channels_first
         for t, image in recent:  # copies: the cache must not keep `out` alive
             self._remember(t, np.ascontiguousarray(image).copy())
+        assert out is not None  # n > 0 frames, each decoded into it
         return out
 
     def _walk(

@@ -266,7 +266,7 @@ class _View:
     def frames_per_stream(self) -> int:
         return self.layout.length(self.epoch, self.stream)
 
-    def iter_groups(self, epoch: int, stream: int, position: int):
+    def iter_groups(self, epoch: int, stream: int, position: int) -> Iterator[tuple[Group, int]]:
         return self.layout.iter_groups(epoch, stream, position)
 
 

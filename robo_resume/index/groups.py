@@ -50,7 +50,9 @@ GROUP_ORDERS = (*INTERLEAVE_ORDERS, "shuffle")
 """Every order a group's frames may come in (``ScheduleConfig.interleave_order``)."""
 
 
-def group_order(lengths: Sequence[int], mode: str, rng: np.random.Generator | None) -> np.ndarray:
+def group_order(
+    lengths: Sequence[int] | np.ndarray, mode: str, rng: np.random.Generator | None
+) -> np.ndarray:
     """The segment (0..k-1) that emits each frame of a group whose segments have ``lengths``.
 
     Every segment emits its frames in frame order, ``lengths[j]`` of them. ``"random"``: a
@@ -82,7 +84,7 @@ def group_order(lengths: Sequence[int], mode: str, rng: np.random.Generator | No
 
 
 def group_frames(
-    lengths: Sequence[int], mode: str, rng: np.random.Generator | None
+    lengths: Sequence[int] | np.ndarray, mode: str, rng: np.random.Generator | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(labels, offsets)`` of a group: position ``i`` emits frame ``offsets[i]`` (counted from
     the segment's start) of segment ``labels[i]``. Every frame of the group exactly once.

@@ -66,6 +66,9 @@ class EpisodeSpans(NamedTuple):
             and len(episodes) == 3
             and all(isinstance(a, np.ndarray) for a in episodes)
         ):
+            e: np.ndarray
+            d: np.ndarray
+            n: np.ndarray
             e, d, n = (np.asarray(a, dtype=np.int64).reshape(-1) for a in episodes)
         else:
             e = np.fromiter((s.episode_index for s in episodes), dtype=np.int64)
@@ -202,7 +205,7 @@ def make_chunks(
     episodes: EpisodeSpans | Sequence[EpisodeSpan],
     chunk_frames: int,
     *,
-    cut_points: Mapping[int, Sequence[int]] | None = None,
+    cut_points: Mapping[int, Sequence[int] | np.ndarray] | None = None,
 ) -> Plan:
     """Cut episodes into chunks of about ``chunk_frames`` frames; the :class:`Plan`.
 
@@ -245,8 +248,10 @@ def make_chunks(
             f"Episode {int(spans.episode_index[i])} has {int(lengths[i])} frames; expected at "
             "least 1. Fix: leave it out with episodes=[...]."
         )
-    keys, cut = _cut_keys(spans, cut_points) if cut_points else (None, None)
-    if cut is None or not cut.any():
+    if not cut_points:
+        return _even_chunks(spans, per, count, chunk_frames)
+    keys, cut = _cut_keys(spans, cut_points)
+    if not cut.any():
         return _even_chunks(spans, per, count, chunk_frames)
     row, start, stop = _cut_chunks(lengths, chunk_frames, keys, cut)
     return Plan(spans.episode_index[row], start, stop, spans.dataset_from_index[row] + start)
@@ -263,7 +268,7 @@ def _even_chunks(spans: EpisodeSpans, per: np.ndarray, count: int, chunk_frames:
     small = small and _fits_int32(spans.episode_index) and int(spans.dataset_from_index.min()) >= 0
     dt = np.int32 if small else np.int64
     first = np.cumsum(per) - per  # the episode's first chunk number
-    start = np.arange(count, dtype=dt)
+    start: np.ndarray = np.arange(count, dtype=dt)
     start -= np.repeat(first.astype(dt), per)  # chunk number within its episode
     start *= chunk_frames
     stop = start + dt(chunk_frames)
@@ -274,7 +279,7 @@ def _even_chunks(spans: EpisodeSpans, per: np.ndarray, count: int, chunk_frames:
 
 
 def _cut_keys(
-    spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int]]
+    spans: EpisodeSpans, cut_points: Mapping[int, Sequence[int] | np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, cut)``: the cut points that can start a chunk (``0 < c < length``) as sorted
     global keys ``offset[row] + c`` (``offset``: the cumulative lengths), one array for all
@@ -300,8 +305,8 @@ def _cut_chunks(
     longest episode. ``cut[row]``: the episode has cut points (else it is cut evenly)."""
     offset = np.cumsum(lengths) - lengths
     rows_out, starts_out, stops_out = [], [], []
-    rows = np.arange(len(lengths))
-    start = np.zeros(len(lengths), dtype=np.int64)
+    rows: np.ndarray = np.arange(len(lengths))
+    start: np.ndarray = np.zeros(len(lengths), dtype=np.int64)
     last = len(keys) - 1
     while len(rows):
         n, off = lengths[rows], offset[rows]

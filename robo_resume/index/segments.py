@@ -52,6 +52,12 @@ class Segments:
     """
 
     __slots__ = _COLUMNS
+    chunk_id: np.ndarray
+    episode_index: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+    dataset_from_index: np.ndarray
+    epoch: np.ndarray
 
     def __init__(self, chunk_id, episode_index, start, stop, dataset_from_index, epoch=None):
         cols = [
@@ -88,14 +94,14 @@ class Segments:
         if isinstance(segments, Segments):
             return segments
         segs = list(segments)
-        cols = [
+        chunk_id, episode_index, start, stop, dataset_from_index = (
             np.fromiter((getattr(s, k) for s in segs), dtype=np.int64, count=len(segs))
             for k in _COLUMNS[:-1]
-        ]
+        )
         epoch = np.fromiter(
             (NO_EPOCH if s.epoch is None else s.epoch for s in segs), np.int64, len(segs)
         )
-        return cls(*cols, epoch)
+        return cls(chunk_id, episode_index, start, stop, dataset_from_index, epoch)
 
     @classmethod
     def concat(cls, parts: Sequence[Segments]) -> Segments:

@@ -6,9 +6,11 @@ batches round-robin over its workers (:func:`worker_batches_done`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
+from .groups import Group
 from .schedule import Schedule
 from .topology import positive_int
 
@@ -17,6 +19,7 @@ __all__ = [
     "ResumePoint",
     "StartPoint",
     "StreamStart",
+    "StreamView",
     "resume_at",
     "resume_point",
     "worker_batches_done",
@@ -88,7 +91,7 @@ def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int 
             )
         return ResumePoint(0, tuple(StreamStart(0, 0) for _ in range(w)))
     epoch, s = divmod(batches, per_epoch)
-    starts = tuple(
+    resumed = tuple(
         StreamStart(
             epoch,
             min(
@@ -98,7 +101,7 @@ def resume_point(schedule: Schedule, batches: int, *, infinite: bool, rank: int 
         )
         for role in range(w)
     )
-    return ResumePoint(s % w, starts)
+    return ResumePoint(s % w, resumed)
 
 
 class StartPoint(NamedTuple):
@@ -139,7 +142,21 @@ class ResumeAt:
         )
 
 
-def resume_at(view: Any, stream: int, epoch: int, position: int) -> ResumeAt:
+class StreamView(Protocol):
+    """A stream-epoch's groups as :func:`resume_at` reads them: a
+    :class:`~robo_resume.index.schedule.Schedule`, or ``Layout.view(epoch, stream)``."""
+
+    @property
+    def frames_per_stream(self) -> int:
+        """Frames the stream yields in the epoch."""
+        ...
+
+    def iter_groups(self, epoch: int, stream: int, position: int) -> Iterator[tuple[Group, int]]:
+        """The groups from the one holding ``position`` on, with the offset in the first."""
+        ...
+
+
+def resume_at(view: StreamView, stream: int, epoch: int, position: int) -> ResumeAt:
     """The :class:`ResumeAt` of ``stream`` standing at ``(epoch, position)``.
 
     ``view``: the stream-epoch's groups, an object with ``frames_per_stream`` and

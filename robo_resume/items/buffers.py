@@ -138,13 +138,19 @@ def shared_views(specs: Mapping[str, tuple[Sequence[int], np.dtype]]) -> dict[st
     out = {}
     for key, (shape, dtype) in specs.items():
         t = torch.from_numpy(np.empty(0, dtype=dtype))
-        out[key] = t.set_(storage, at[key] // t.element_size(), tuple(shape))
+        offset = at[key] // t.element_size()
+        out[key] = t.set_(storage, offset, tuple(shape))  # type: ignore[call-overload]  # stubs: stride
     return out
 
 
 def pack_shared(columns: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """Numpy columns as lerobot-typed tensors in one shared-memory storage (see shared_views)."""
-    dtypes = {k: lerobot_dtype(v) for k, v in columns.items()}
+    dtypes: dict[str, np.dtype] = {}
+    for k, v in columns.items():
+        dtype = lerobot_dtype(v)
+        if dtype is None:
+            raise TypeError(f"pack_shared: column {k!r} has dtype {v.dtype}, not numeric or bool")
+        dtypes[k] = dtype
     out = shared_views({k: (v.shape, dtypes[k]) for k, v in columns.items()})
     for k, v in columns.items():
         out[k].numpy()[...] = v

@@ -302,7 +302,9 @@ class ItemBuilder(DecodingThreads):
         for key, v in raw.items():
             if key in self._cameras:
                 ready = isinstance(v, torch.Tensor)  # decoded into its final buffer already
-                t = v if ready else torch.from_numpy(v)  # (..., C, H, W) uint8
+                t = (
+                    v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
+                )  # (..., C, H, W) uint8
                 if transform is None and dtype is None and (ready or not shared):
                     out[key] = t  # already in place: no copy
                     continue
@@ -347,10 +349,10 @@ class ItemBuilder(DecodingThreads):
         :meth:`camera_shape`) are left out.
         """
         shapes = {c: self.camera_shape(c) for c in cameras}
-        shapes = {c: (n, *s) for c, s in shapes.items() if s is not None}
+        known = {c: (n, *s) for c, s in shapes.items() if s is not None}
         if shared:
-            return shared_views({c: (s, np.dtype(np.uint8)) for c, s in shapes.items()})
-        return {c: BUFFERS.empty(s, torch.uint8) for c, s in shapes.items()}
+            return shared_views({c: (s, np.dtype(np.uint8)) for c, s in known.items()})
+        return {c: BUFFERS.empty(s, torch.uint8) for c, s in known.items()}
 
     def episode_reader(
         self, episode_index: int, start: int, stop: int, *, cache_frames: int | None = None

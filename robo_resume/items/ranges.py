@@ -4,7 +4,7 @@ camera, as columns or as items (:func:`unbind`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from ..format.images import decode_image
 from ..format.video import VideoReader
 from .windows import HeldWindows, decode_windows_into, window_run
 
+if TYPE_CHECKING:
+    from .builder import ItemBuilder  # which makes these readers
+
 
 class EpisodeRangeReader:
     """Reads items of frames ``[start, stop)`` of one episode, in increasing frame order.
@@ -28,7 +31,7 @@ class EpisodeRangeReader:
 
     def __init__(
         self,
-        builder: Any,
+        builder: ItemBuilder,
         episode_index: int,
         start: int,
         stop: int,
@@ -90,14 +93,14 @@ class EpisodeRangeReader:
                 )
             listed = self.builder.episode_task_indices(ep)
             bad = np.flatnonzero(~np.isin(tasks, listed)) if listed is not None else bad
-            if bad.size:
+            if bad.size and listed is not None:  # (bad is empty when listed is None)
                 k = int(bad[0])
                 names = self.builder.meta.tasks
                 raise MetadataMismatchError(
                     describe(
                         "The data file's 'task_index' names a task that its episode's metadata "
                         "does not list",
-                        expected=f"task_index in {sorted(set(listed.tolist()))} "  # type: ignore[union-attr]
+                        expected=f"task_index in {sorted(set(listed.tolist()))} "
                         f"(meta/ lists the episode's tasks {list(ep.tasks)!r})",
                         found=f"task_index={int(tasks[k])} ({names[int(tasks[k])]!r})",
                         file=path,
@@ -168,19 +171,19 @@ class EpisodeRangeReader:
         into ``buffer[rows[i]]`` for ``frames[i]`` (shape :meth:`ItemBuilder.camera_shape`) and
         left out of the result.
         """
-        frames = self._checked(frames)
-        if frames.size == 0:
+        rows = self._checked(frames)
+        if rows.size == 0:
             return {}
-        query, pads = self._windows(frames)
+        query, pads = self._windows(rows)
         cams = list(self.ep.videos)
         for cam in cams:
             self._video(cam)  # acquire decoders here, not on the decoding threads
         into = into or {}
         images = self.builder.map_cameras(
-            lambda cam: self._images(cam, query.get(cam), frames, into.get(cam)), cams
+            lambda cam: self._images(cam, query.get(cam), rows, into.get(cam)), cams
         )
         out = {c: im for c, im in zip(cams, images, strict=True) if c not in into}
-        return self._columns(frames, query, pads, out)
+        return self._columns(rows, query, pads, out)
 
     def hold(
         self, stores: Mapping[str, Any] | None = None
@@ -258,15 +261,15 @@ class EpisodeRangeReader:
         frame of another size): read normally later, that frame fails in the same read with
         the same error as without read-ahead.
         """
-        frames = self._checked(frames)
-        if frames.size == 0:
+        rows = self._checked(frames)
+        if rows.size == 0:
             return 0, {}
         b = self.builder
         delta = b.delta or {}
         tol = b.options.tolerance_s
         cams = list(self.ep.videos)
         plain = [c for c in cams if c not in delta]
-        rel = self.timestamps[frames - self.lo]
+        rel = self.timestamps[rows - self.lo]
         times = {c: (self.ep.videos[c].from_timestamp + rel).tolist() for c in plain}
 
         def decode(cam: str) -> int:
@@ -276,14 +279,14 @@ class EpisodeRangeReader:
 
         for cam in plain:
             self._video(cam)  # acquire decoders here, not on the decoding threads
-        m = min(b.map_cameras(decode, plain), default=len(frames))
+        m = min(b.map_cameras(decode, plain), default=len(rows))
         if m == 0:
             return 0, {}
-        frames = frames[:m]
-        query, pads = self._windows(frames)
+        rows = rows[:m]
+        query, pads = self._windows(rows)
         try:
-            windowed = {c: self._images(c, query[c], frames, hold=True) for c in cams if c in delta}
-            cols = self._columns(frames, query, pads, {})
+            windowed = {c: self._images(c, query[c], rows, hold=True) for c in cams if c in delta}
+            cols = self._columns(rows, query, pads, {})
         except BROKEN_DATA_ERRORS:
             return 0, {}  # nothing ahead: read later, the same read fails the same way
         out = {c: windowed[c] if c in delta else self.videos[c].take_ahead(m) for c in cams}
@@ -294,25 +297,25 @@ class EpisodeRangeReader:
         """``frames`` as an int64 array, checked to be increasing and inside the range."""
         if isinstance(frames, range) and frames.step > 0:  # the stream's reads: increasing
             first, last = frames.start, frames.start + (len(frames) - 1) * frames.step
-            frames = np.arange(frames.start, frames.stop, frames.step, dtype=np.int64)
-            bad = bool(frames.size) and (first < self.start or last >= self.stop)
+            arr: np.ndarray = np.arange(frames.start, frames.stop, frames.step, dtype=np.int64)
+            bad = bool(arr.size) and (first < self.start or last >= self.stop)
         else:
-            frames = np.asarray(frames, dtype=np.int64)
-            bad = bool(frames.size) and (
-                frames[0] < self.start
-                or frames[-1] >= self.stop
-                or (frames.size > 1 and bool((frames[1:] <= frames[:-1]).any()))
+            arr = np.asarray(frames, dtype=np.int64)
+            bad = bool(arr.size) and (
+                arr[0] < self.start
+                or arr[-1] >= self.stop
+                or (arr.size > 1 and bool((arr[1:] <= arr[:-1]).any()))
             )
         if bad:
             raise IndexError(
                 describe(
                     "Frames must be increasing and inside the reader's range",
                     expected=f"frames in [{self.start}, {self.stop})",
-                    found=f"{frames[:5].tolist()}...",
+                    found=f"{arr[:5].tolist()}...",
                     episode=self.ep.episode_index,
                 )
             )
-        return frames
+        return arr
 
     def _windows(self, frames: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """The frames each delta window of ``frames`` shows (clipped), and the pad flags.

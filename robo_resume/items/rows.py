@@ -30,7 +30,7 @@ import copy
 import logging
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsIndex
 
 import torch
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
@@ -58,7 +58,7 @@ class BlockRow(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **kwargs)
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return self.as_subclass(torch.Tensor).clone().__reduce_ex__(protocol)
 
     def __deepcopy__(self, memo: dict) -> torch.Tensor:
@@ -119,8 +119,11 @@ class BlockItem(dict):
     """
 
     __slots__ = ("_rr_row", "_rr_source", "_rr_values")
+    _rr_row: int
+    _rr_source: _Source
+    _rr_values: tuple[Any, ...]
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return (dict, (dict(self),))
 
     def __copy__(self) -> dict[str, Any]:
@@ -231,7 +234,7 @@ class RingBatch(dict):
         super().__init__(values)
         self._rr_release = release
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         _, token, cameras = self._rr_release
         return (_rebuild_ring_batch, (dict(self), token, cameras))
 
@@ -245,7 +248,9 @@ def _rebuild_ring_batch(batch: dict[str, Any], token: int, cameras: Sequence[str
     keys = [k for k in cameras if isinstance(batch.get(k), torch.Tensor)]
     if not keys:
         return batch
-    flag = torch.empty(0, dtype=torch.int64).set_(batch[keys[0]].untyped_storage(), 0, (1,))
+    flag = torch.empty(0, dtype=torch.int64).set_(  # type: ignore[call-overload]  # stubs: stride
+        batch[keys[0]].untyped_storage(), 0, (1,)
+    )
 
     def free() -> None:
         if int(flag[0]) == token:

@@ -342,7 +342,7 @@ def audit_run(
         for (e, g), spans_ in sorted(by_key.items()):
             lo, hi = min(s[0] for s in spans_), max(s[1] for s in spans_)
             frames = _frames(layout, e, g, lo, hi)
-            cover = np.zeros(hi - lo + 1, np.int64)
+            cover: np.ndarray = np.zeros(hi - lo + 1, np.int64)
             for a, b, j in spans_:
                 cover[a - lo] += 1
                 cover[b - lo] -= 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..errors import describe
@@ -248,8 +248,13 @@ PYTHON_ADVICE = (
 def cli_advice(text: str) -> str:
     """``text`` (a library message) with its Python advice as ``robo-resume train`` flags."""
     for pattern, flag in _ADVICE_RE:
-        text = pattern.sub(lambda _m, flag=flag: flag, text)
+        text = pattern.sub(_literal(flag), text)
     return text
+
+
+def _literal(flag: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement that inserts ``flag`` as it is (no backslash escapes)."""
+    return lambda _m: flag
 
 
 # -- resolving what lerobot's parser does not hold --------------------------------------------

@@ -72,9 +72,8 @@ def train(
     validate(cfg, mix)
     ddp_kwargs = DistributedDataParallelKwargs(find_unused_parameters=True)
     active = cfg.trainable_config
-    mixed = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}.get(
-        getattr(active, "dtype", None)
-    )
+    precisions: dict[Any, str] = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}
+    mixed = precisions.get(getattr(active, "dtype", None))
     accelerator = Accelerator(
         step_scheduler_with_optimizer=False,
         mixed_precision=mixed,
@@ -134,7 +133,7 @@ def train(
         )
 
     train_episodes, eval_episodes = eval_split(cfg, meta)
-    if eval_episodes is not None and main_process:
+    if train_episodes is not None and eval_episodes is not None and main_process:
         logging.info(
             f"Train/eval split: {len(train_episodes)} train, {len(eval_episodes)} eval "
             f"(eval_split={cfg.dataset.eval_split})"

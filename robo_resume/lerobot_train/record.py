@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,9 +140,9 @@ class StepRecord:
     it; it gathers the ranks' new rows).
     """
 
-    def __init__(self, runs: list[RunHeader], rows: np.ndarray) -> None:
+    def __init__(self, runs: list[RunHeader], rows: np.ndarray | Sequence[Sequence[int]]) -> None:
         self.runs = list(runs)
-        self.rows = np.asarray(rows, dtype=np.int64).reshape(-1, len(COLUMNS))
+        self.rows: np.ndarray = np.asarray(rows, dtype=np.int64).reshape(-1, len(COLUMNS))
         self._new: list[list[int]] = []  # this rank's rows since the last files()
 
     @classmethod
@@ -189,7 +189,7 @@ class StepRecord:
         record's files, name -> bytes, for the checkpoint folder."""
         mine = self._new
         self._new = []
-        parts = [mine]
+        parts: list[Any] = [mine]
         if world > 1:
             import torch.distributed as dist
 

@@ -170,6 +170,7 @@ def plan_resume(
         for worker in range(wp):
             role = (worker + rotation) % wp
             g = topo.stream_id(rank, role)
+            places: list[tuple[int | None, Any, Any]]
             if mix is None:
                 places = [(None, ds, starts[role])]
             else:

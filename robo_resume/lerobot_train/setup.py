@@ -346,6 +346,7 @@ def build_dataset(
             "again, and others only in the next epoch. Checkpoints written from now on resume "
             "the data exactly."
         )
+    ds: ChunkedEpisodeDataset | MixedDataset
     if mix is None:
         # built without the state, which is then checked: a refusal can say what differs
         ds = ChunkedEpisodeDataset(

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DatasetFormatError, describe
 from .source import VISUAL, MixSource
+
+if TYPE_CHECKING:
+    from ..dataset import ChunkedEpisodeDataset
 
 
 def source_delta(
@@ -30,7 +33,9 @@ class SourceChecks:
     lists every way the other sources differ from source 0, each told with its fix.
     """
 
-    def __init__(self, sources: Sequence[MixSource], datasets: Sequence[Any]) -> None:
+    def __init__(
+        self, sources: Sequence[MixSource], datasets: Sequence[ChunkedEpisodeDataset]
+    ) -> None:
         self.sources, self.datasets = sources, datasets
         self.renames = [self.check_source(i) for i in range(len(sources))]
         self.features = self.features_of(0)
@@ -60,7 +65,7 @@ class SourceChecks:
                     "'<mix name>'}",
                 )
             )
-        targets = [keys.get(k, k) for k in feats if keys.get(k, k) is not None]
+        targets = [t for t in (keys.get(k, k) for k in feats) if t is not None]
         dup = sorted({t for t in targets if targets.count(t) > 1})
         if dup:
             raise DatasetFormatError(

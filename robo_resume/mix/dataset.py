@@ -79,7 +79,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -95,6 +95,7 @@ from ..state.mix import MixState
 from ..state.resume import StreamCursor
 from ..stream.epochs import EpochTable
 from ..stream.front import batch_loader
+from ..stream.loader import BatchLoader
 from ..stream.startup import resolve_rank
 from ..stream.tuning import StreamTuning
 from .checks import SourceChecks, source_delta
@@ -112,6 +113,9 @@ from .source import (
     round_counts,
 )
 from .tracker import MixTracker
+
+if TYPE_CHECKING:  # torchdata is optional (the stateful loader imports it when asked for)
+    from ..stream.stateful import StatefulBatchLoader
 
 
 class MixedDataset(IterableDataset):
@@ -647,7 +651,9 @@ class MixedDataset(IterableDataset):
         return key  # task, cursor, skip records
 
     # -- helpers ---------------------------------------------------------------------------------
-    def dataloader(self, *, num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
+    def dataloader(
+        self, *, num_workers: int = 0, **kwargs: Any
+    ) -> BatchLoader | StatefulBatchLoader:
         """A DataLoader of this mix's batches (as :meth:`ChunkedEpisodeDataset.dataloader`).
 
         Args:

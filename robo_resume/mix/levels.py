@@ -32,7 +32,7 @@ class MixLevel:
     batch_size: int
     layouts: tuple[Layout, ...]
     starts: tuple[int, ...]
-    _ends: dict[int, int | None] = field(default_factory=dict)
+    _ends: dict[int, int] = field(default_factory=dict)
 
     def length(self, i: int, epoch: int, g: int) -> int:
         """Frames source ``i``'s stream ``g`` has in ``epoch``."""
@@ -41,11 +41,13 @@ class MixLevel:
     def epoch_end(self, epoch: int) -> int | None:
         """``J`` of ``epoch`` ("stop"): the smallest mix position, over every stream of every
         rank, at which a source would need a batch past its stream-epoch. None with "cycle"."""
+        return None if self.order.infinite else self.stop_end(epoch)
+
+    def stop_end(self, epoch: int) -> int:
+        """:meth:`epoch_end` of a mix that stops (``exhausted="stop"``; callers check)."""
         mix = self.order
-        if mix.infinite:
-            return None
         if epoch not in self._ends:
-            best = None
+            best: int | None = None
             for g in range(self.topology.num_streams):
                 for i, c in enumerate(mix.counts.tolist()):
                     if c == 0:
@@ -55,6 +57,7 @@ class MixLevel:
                     first = np.flatnonzero(mix.round_sources(epoch, g, r) == i)[k]
                     at = r * mix.period + int(first)
                     best = at if best is None else min(best, at)
+            assert best is not None  # a mix has a source with a nonzero count
             self._ends[epoch] = best
         return self._ends[epoch]
 
@@ -88,7 +91,7 @@ class MixLevel:
             return have, None
         last = max(e for e, _ in have.values())
         for g, (e, j) in have.items():
-            if e == last - 1 and j >= self.epoch_end(e):
+            if e == last - 1 and j >= self.stop_end(e):
                 have[g] = (last, 0)
             elif e != last:
                 raise ResumeStateError(
@@ -99,7 +102,7 @@ class MixLevel:
                         fix="pass the unmodified dict from MixTracker.state_dict()",
                     )
                 )
-        if all(j >= self.epoch_end(last) for _, j in have.values()):
+        if all(j >= self.stop_end(last) for _, j in have.values()):
             return {g: (last + 1, 0) for g in have}, last + 1
         return have, None
 
@@ -155,7 +158,7 @@ class MixLevel:
         wp = topo.workers_per_rank
         epoch, rem = 0, batches
         while not mix.infinite:
-            per = int(self.epoch_end(epoch)) * wp
+            per = self.stop_end(epoch) * wp
             if per == 0:
                 raise ResumeStateError(
                     describe(

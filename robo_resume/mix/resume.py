@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ResumeStateError, describe
 from ..index.elastic import build_layout
@@ -12,10 +12,13 @@ from ..index.schedule import Topology
 from ..index.start import StartPoint, worker_batches_done
 from ..state.mix import MixState
 from ..state.records import check_resume_step
-from ..state.resume import StreamCursor
+from ..state.resume import ResumeState, StreamCursor
 from ..stream.epochs import EpochTable
 from .levels import MixLevel
 from .order import MixOrder
+
+if TYPE_CHECKING:
+    from ..dataset import ChunkedEpisodeDataset
 
 
 class MixPositions:
@@ -34,7 +37,7 @@ class MixPositions:
     def __init__(
         self,
         order: MixOrder,
-        datasets: Sequence[Any],
+        datasets: Sequence[ChunkedEpisodeDataset],
         *,
         batch_size: int,
         rank: int,
@@ -160,8 +163,8 @@ class MixPositions:
             if self.infinite:
                 label = last + 1  # "cycle": the mix epoch counts topology changes
             else:
-                done = all(j >= old.epoch_end(last) for *_, e, j in st.mix if e == last)
-                label = last + 1 if done else last
+                ended = all(j >= old.stop_end(last) for *_, e, j in st.mix if e == last)
+                label = last + 1 if ended else last
             return 0, [(label, 0, [(s, 0) for s in lv.starts]) for _ in range(wp)], 0
         mine, done = lv.positions(st, ranks=(self.rank,))
         if done is not None:
@@ -182,7 +185,8 @@ class MixPositions:
         starts = []
         for role, (e, j) in enumerate(cur):
             g = lv.topology.stream_id(self.rank, role)
-            sources = [ds.resume_state for ds in self.datasets]
+            # a resumed mix resumes every source (use_resume_state gives each its state)
+            sources = cast("list[ResumeState]", [ds.resume_state for ds in self.datasets])
             recorded = [
                 {(c.rank, c.role): c for c in s.cursors}.get((self.rank, role)) for s in sources
             ]
@@ -197,7 +201,7 @@ class MixPositions:
             return 0
         st = MixState.from_dict(state)
         last = max(e for _, _, e, _ in st.mix)
-        done = self.state_level(st).epoch_end(last)
+        done = self.state_level(st).stop_end(last)
         return last + 1 if all(e == last and j >= done for _, _, e, j in st.mix) else last
 
     # -- epochs --------------------------------------------------------------------------------
@@ -225,9 +229,9 @@ class MixPositions:
         if not table.started:  # nothing started yet: from the resume point
             _, starts, _ = self.start_point(num_workers)
             return sum(
-                max(int(self.epoch_batches(epoch, num_workers)) - j, 0) for epoch, j, _ in starts
+                max(self.level(num_workers).stop_end(epoch) - j, 0) for epoch, j, _ in starts
             )
-        return int(self.epoch_batches(table.next_epoch, num_workers)) * wp
+        return self.level(num_workers).stop_end(table.next_epoch) * wp
 
     def next_epoch(self, num_workers: int, table: EpochTable) -> int:
         """The mix epoch the next iteration of this rank's loader plays ("stop" only).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,6 +14,9 @@ from ..state.mix import MixState
 from ..state.resume import ResumeState
 from ..tracker import CursorTracker, check_batch_origin
 from .source import MIX_KEY
+
+if TYPE_CHECKING:
+    from .dataset import MixedDataset  # which builds its tracker
 
 
 class MixTracker:
@@ -30,7 +33,7 @@ class MixTracker:
             (:meth:`MixedDataset.tracker` makes one).
     """
 
-    def __init__(self, mix: Any) -> None:
+    def __init__(self, mix: MixedDataset) -> None:
         self.mix = mix
         self.num_workers: int | None = None
         self.positions: dict[int, tuple[int, int]] = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ResumeStateError, describe
 from .resume import (
@@ -194,7 +194,7 @@ class MixState:
                 world_size=int(data["world_size"]),
                 num_workers=int(data["num_workers"]),
                 batches=int(data["batches"]),
-                mix=mix,
+                mix=cast("tuple[tuple[int, int, int, int], ...]", mix),  # checked above
                 sources=tuple(ResumeState.from_dict(s) for s in data["sources"]),
                 library_version=str(data.get("library_version", "unknown")),
                 source_starts=tuple(int(x) for x in data.get("source_starts") or ()),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ResumeStateError, describe
 from ..index.elastic import Level
@@ -96,7 +96,7 @@ def skipped_list(value: Any) -> tuple[dict[str, Any], ...]:
 
 def merge_skipped(a: Any, b: Any) -> tuple[dict[str, Any], ...]:
     """Union of two ranks' skip records, in (epoch, rank, role, chunk, start) order."""
-    seen = {}
+    seen: dict[tuple[int, ...], dict[str, Any]] = {}
     for r in (*a, *b):
         seen.setdefault((r["epoch"], r["chunk"], r["start"], r["rank"], r["role"]), r)
     return tuple(seen[k] for k in sorted(seen, key=lambda k: (k[0], k[3], k[4], k[1], k[2])))
@@ -130,7 +130,7 @@ def elastic_record(value: Any) -> dict[str, Any]:
                 as_int("elastic.world_size", lv["world_size"], minimum=1),
                 workers_of("elastic.num_workers", lv["num_workers"]),
                 as_int("elastic.batch_size", lv["batch_size"], minimum=1),
-                cursors,
+                cast("tuple[tuple[int, int, int, int], ...]", cursors),  # 4 each: checked below
                 None if lv["epoch"] is None else as_int("elastic.epoch", lv["epoch"]),
             )
         except ResumeStateError:

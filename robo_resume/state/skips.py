@@ -74,5 +74,5 @@ class SkipLog:
             "robo_resume.files.readable_episodes(root) selects the episodes without them"
         )
         logger.warning(line)
-        self.__init__()
+        SkipLog.__init__(self)
         return line

@@ -16,7 +16,10 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ..index.elastic import Layout
 from ..items.buffers import shared_views
+from ..items.builder import ItemBuilder
+from ..items.ranges import EpisodeRangeReader
 from ..keys import CURSOR_KEY
 from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests, callers)
 from .epochs import WorkerEpoch
@@ -40,7 +43,7 @@ class StreamRun:
     StatefulDataLoader state).
     """
 
-    layout: Any
+    layout: Layout
     stream: int
     role: int
     num_workers: int
@@ -101,7 +104,7 @@ def skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, rol
     }
 
 
-def discard(reader: Any) -> None:
+def discard(reader: EpisodeRangeReader | None) -> None:
     """Close a failed reader's decoders instead of keeping them for reuse."""
     if reader is None:
         return
@@ -141,6 +144,7 @@ _USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # torch >= 2.1
 
 def _uses(t: torch.Tensor) -> int:
     """How many tensors (of any process-local owner) hold ``t``'s storage."""
+    assert _USE_COUNT is not None  # _PlainRing.take checks first
     return _USE_COUNT(t.untyped_storage()._cdata)
 
 
@@ -190,7 +194,7 @@ class _PlainRing:
 
 
 def plain_ring(
-    rings: dict[tuple[str, int], _PlainRing], items: Any, size: int, final: bool
+    rings: dict[tuple[str, int], _PlainRing], items: ItemBuilder, size: int, final: bool
 ) -> _PlainRing | None:
     """The worker's :class:`_PlainRing` in ``rings`` for batches of ``size`` (uint8 cameras
     decoded into it when ``final``, else float32 conversions), made on first use; None with
@@ -227,7 +231,7 @@ class BatchTarget:
 
     def __init__(
         self,
-        items: Any,
+        items: ItemBuilder,
         size: int,
         *,
         shared: bool,
@@ -262,6 +266,7 @@ class BatchTarget:
         again when the batch using it is gone (only if the token still matches), so a late
         release from an earlier iterator's batch never frees another batch's slot.
         """
+        assert self._ring is not None  # callers check first
         flags, row, bufs = self._ring
         free = (flags[row] == 0).nonzero()
         if not len(free):

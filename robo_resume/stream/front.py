@@ -3,27 +3,31 @@ method, images converted in the main process or not, stateful or not."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import torch
-
+from ..items.options import ItemOptions
 from .loader import BatchLoader
 from .startup import worker_context
+
+if TYPE_CHECKING:  # torchdata is optional: imported only for the loader that needs it
+    from torch.utils.data import IterableDataset
+
+    from .stateful import StatefulBatchLoader
 
 __all__ = ["batch_loader"]
 
 
 def batch_loader(
-    batches: Any,
+    batches: Callable[[tuple[str, ...]], IterableDataset],
     *,
     num_workers: int,
-    options: Any,
+    options: ItemOptions,
     visual_keys: Sequence[str],
     start_method: str | None,
     stateful: bool = False,
     **kwargs: Any,
-) -> torch.utils.data.DataLoader:
+) -> BatchLoader | StatefulBatchLoader:
     """The DataLoader over whole batches that ``dataloader()`` of a dataset or a mix returns.
 
     ``batches`` is the IterableDataset of batches built for an ``image_dtype`` (given here as

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..index.schedule import Group
+from ..items.builder import ItemBuilder
 from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .read_ahead import take_ahead
 from .tuning import SKIP_ERRORS
@@ -146,7 +147,7 @@ class GroupRead:
 
     def __init__(
         self,
-        items: Any,
+        items: ItemBuilder,
         group: Group,
         offset: int,
         *,
@@ -185,8 +186,8 @@ class GroupRead:
                     i += flight[-1][0]
                 if not flight:
                     break
-                planned = flight.popleft()
-                yield self._finish(*planned[:-1], planned[-1]())
+                n, jobs, opened, todo, wait = flight.popleft()
+                yield self._finish(n, jobs, opened, todo, wait())
         finally:  # no module globals here: it may run at interpreter exit, after their teardown
             # Reads in flight end before their readers close. At interpreter exit the decoding
             # threads have already been joined (nothing is in flight), and a Future must not
@@ -213,6 +214,7 @@ class GroupRead:
         return raw
 
     def _in_lane(self, job) -> dict[str, np.ndarray]:
+        assert self.lanes is not None  # the reader of a block with lanes
         return self.lanes.run(job[0], job[4], lambda: self._read(job))
 
     def _plan(self, i: int, background: bool):

@@ -37,6 +37,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from torch.utils.data import get_worker_info
 
@@ -58,7 +59,7 @@ def bind_to_trainer() -> None:
     if sys.platform != "linux" or get_worker_info() is None or os.getpid() in _bound:
         return
     _bound.append(os.getpid())
-    server = multiprocessing.forkserver._forkserver
+    server: Any = multiprocessing.forkserver._forkserver  # private CPython state (no stubs)
     from_server = server._forkserver_alive_fd is not None and server._forkserver_pid is None
     parent = os.getppid()
     main_thread = getattr(threading, "_MainThread", ())

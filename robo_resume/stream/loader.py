@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset
@@ -27,11 +27,14 @@ from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests
 from ..workers import check_worker_start, start_method, worker_death_hint
 from .blocks import RING
 
+if TYPE_CHECKING:  # the dataset module builds on this one
+    from ..dataset import ChunkedEpisodeDataset
+
 
 class DatasetBatches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
-    def __init__(self, dataset: Any, image_dtype: str | None = None) -> None:
+    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.image_dtype = image_dtype
@@ -58,7 +61,7 @@ class BatchLoader(torch.utils.data.DataLoader):
     as converting in the worker.
     """
 
-    def __init__(self, dataset: DatasetBatches, *, float_keys: Sequence[str] = (), **kwargs: Any):
+    def __init__(self, dataset: IterableDataset, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
         self._live_len: int | None = None  # length of the iteration under way
         self._iterations = 0  # iter() calls, for epochs()

@@ -32,7 +32,13 @@ from ..index.schedule import (
     Segment,
     Topology,
 )
-from ..index.start import StartPoint, resume_at, resume_point, worker_batches_done
+from ..index.start import (
+    StartPoint,
+    StreamView,
+    resume_at,
+    resume_point,
+    worker_batches_done,
+)
 from ..state.fingerprint import expected_for, plan_of_state, value_hash
 from ..state.resume import ResumeState, StreamCursor
 from .epochs import EpochTable
@@ -307,7 +313,7 @@ class StreamPositions:
             batches = self.resume_step // self.batch_size
             rp = resume_point(sched, batches, infinite=self.infinite, rank=self.rank)
             return StartPoint(rp.rotation, [(s.epoch, s.position) for s in rp.starts], batches)
-        return StartPoint(*self._start_from_cursors(sched, num_workers))
+        return StartPoint(*self._start_from_cursors(self.resume_state, sched, num_workers))
 
     def layout(self, num_workers: int) -> Layout:
         """What this rank's streams emit per epoch, with ``num_workers`` workers.
@@ -373,8 +379,9 @@ class StreamPositions:
         self._plans[num_workers] = plan
         return plan
 
-    def _start_from_cursors(self, sched: Schedule, num_workers: int):
-        st = self.resume_state
+    def _start_from_cursors(
+        self, st: ResumeState, sched: Schedule, num_workers: int
+    ) -> tuple[int, list[tuple[int, int]], int]:
         wp = max(num_workers, 1)
         layout = self.layout(num_workers)
         if (st.world_size, st.num_workers, st.batch_size) != (
@@ -455,7 +462,7 @@ class StreamPositions:
             return
         if self.tuning.order is not None or self.tuning.resolved_order != "shuffle":
             return
-        order = {"interleave": int(theirs.get("interleave", 4))}
+        order: dict[str, Any] = {"interleave": int(theirs.get("interleave", 4))}
         if "interleave_order" in theirs:
             order["interleave_order"] = str(theirs["interleave_order"])
         tuning = dataclasses.replace(self.tuning, order="interleave", **order)
@@ -517,7 +524,7 @@ class StreamPositions:
         return seg.stop
 
     def log_resume(
-        self, sched: Schedule, stream: int, epoch: int, position: int, label: str = ""
+        self, sched: StreamView, stream: int, epoch: int, position: int, label: str = ""
     ) -> None:
         """Log the stream's one `resume:` line: where it continues (chunk, frame, episode);
         ``label`` ends the line (a mix names the source, `` source=1 (b)``)."""

@@ -10,6 +10,7 @@ kept frame costs. Batches are the same with and without read-ahead (tests/test_r
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,8 @@ def take_ahead(reader, held, frames: range, stop: int, dest=None):
     if held is not None:
         n, cols = held
         m = min(n, count)
-        piece, rest = {}, ({} if n > m else None)
+        piece: dict[str, Any] = {}
+        rest: dict[str, Any] | None = {} if n > m else None
         for k, v in cols.items():  # one pass: a visit takes about one frame of many columns
             d = dest.get(k) if dest else None
             if d is not None:

@@ -242,6 +242,7 @@ class StreamReader:
                 if target.ticket is not None:
                     batch[RELEASE_KEY] = target.ticket
                 if target.release is not None:
+                    assert target.plain is not None  # release: a buffer of target.plain's
                     cams = renamed(target.plain.cameras, self.renames)  # as the batch names them
                     batch[RELEASE_KEY] = (*target.release, cams)
                 pending = []

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.utils.data import IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from ..errors import ResumeStateError, describe
@@ -27,7 +28,7 @@ from ..state.resume import MAX_WORKERS
 from ..state.stream_state import ELASTIC_FIX, check_stream_state
 from ..workers import check_worker_start
 from .blocks import RING
-from .loader import DatasetBatches, LoaderIterator
+from .loader import LoaderIterator
 
 __all__ = ["StatefulBatchLoader"]
 
@@ -43,7 +44,7 @@ class StatefulBatchLoader(StatefulDataLoader):
     :meth:`load_state_dict`.
     """
 
-    def __init__(self, dataset: DatasetBatches, *, float_keys: Sequence[str] = (), **kwargs: Any):
+    def __init__(self, dataset: IterableDataset, *, float_keys: Sequence[str] = (), **kwargs: Any):
         self.float_keys = tuple(float_keys)
         super().__init__(dataset, batch_size=None, **kwargs)
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..format.rgb import planar_rgb_rows
 from ..index.groups import Group
+from ..items.builder import ItemBuilder
 from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .tuning import SKIP_ERRORS
 
@@ -42,7 +43,7 @@ class WindowRead:
 
     def __init__(
         self,
-        items: Any,
+        items: ItemBuilder,
         group: Group,
         offset: int,
         *,
@@ -225,7 +226,7 @@ class WindowRead:
         if not picked:
             return None if buf is not None else np.zeros((0, 3, 0, 0), dtype=np.uint8)
         fresh = buf is None
-        if fresh:
+        if buf is None:
             h, w = picked[0].height, picked[0].width
             width = 1 if d is None else len(d)
             buf = np.empty((len(kept), *((width,) if width > 1 else ()), 3, h, w), np.uint8)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -67,7 +68,10 @@ def _encode_video(
     av.logging.set_level(av.logging.ERROR)  # x264 prints its settings and statistics otherwise
     try:
         with _own_scheduling(), av.open(str(path), "w") as out:
-            stream = out.add_stream(ENCODER[codec], rate=fps, options=codec_options(codec, gop))
+            stream = cast(  # a video encoder's name gives a video stream
+                "av.VideoStream",
+                out.add_stream(ENCODER[codec], rate=fps, options=codec_options(codec, gop)),
+            )
             stream.pix_fmt = "yuv420p"
             stream.width, stream.height = w, h
             if codec == "mpeg4":
