@@ -20,7 +20,7 @@ position of the group the segment (``labels``) and the frame of that segment (``
 Why the shuffle order exists: a policy trained on the interleave orders learns worse than on
 uniform sampling, because consecutive batches hold the same few open chunks for dozens of steps
 (docs/training-quality.md). Uniform windows of short chunks drawn from the whole dataset train
-as well as uniform sampling.
+close to uniform sampling.
 """
 
 from __future__ import annotations

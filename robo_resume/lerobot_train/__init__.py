@@ -55,7 +55,7 @@ Flags of its own (everything else is lerobot-train's):
 - ``--stream.order=shuffle|interleave``, ``--stream.shuffle_frames=N``,
   ``--stream.interleave=N`` and ``--stream.interleave_order=spread|rounds|random``: how each
   stream orders its frames (``StreamTuning``). A new run gets the library's default, the
-  shuffle order, which trains as well as lerobot's shuffled sampler
+  shuffle order, which trains close to lerobot's shuffled sampler
   (:func:`~robo_resume.lerobot_train.options.resolve_stream`); the interleave order (an
   interleave flag alone chooses it) is faster with ``--num_workers=0`` at a measured cost in
   training quality. A checkpoint keeps its run's values and resumes with them, no flags needed

@@ -33,7 +33,7 @@ Several datasets (--mix.*; give --dataset.repo_id as a name for the run):
   A checkpoint keeps the --mix.* values: resume without them.
 
 Stream order (--stream.*, kept by the checkpoint; other values on resume are refused):
-  --stream.order=shuffle|interleave  shuffle (default) trains as well as lerobot's sampler
+  --stream.order=shuffle|interleave  shuffle (default) trains close to lerobot's sampler
   --stream.shuffle_frames=N  frames per shuffle window (default 1024)
   --stream.interleave=N, --stream.interleave_order=spread|rounds|random  the interleave order
 

@@ -363,7 +363,7 @@ def resolve_stream(
     state was saved with it; one written before ``--stream.*`` existed has
     :data:`LEGACY_STREAM`, one written before ``--stream.order`` existed the interleave order
     with its interleave settings). A new run gets the library's default, the shuffle order,
-    which trains as well as lerobot's shuffled sampler (docs/training-quality.md). Flags given
+    which trains close to lerobot's shuffled sampler (docs/training-quality.md). Flags given
     replace those values (an interleave flag alone chooses the interleave order, as in
     ``StreamTuning``); on a resume, other values than the checkpoint's are refused by the data
     state's fingerprint. ``batch_size`` is not used (kept for callers).
@@ -396,7 +396,7 @@ def stream_line(tuning: dict[str, Any]) -> str:
     if t.resolved_order == "shuffle":
         return (
             f"streams shuffle windows of {t.shuffle_frames} frames of short chunks drawn from the "
-            "whole dataset: trains as well as lerobot's shuffled sampler "
+            "whole dataset: trains close to lerobot's shuffled sampler "
             "(robo_resume docs/training-quality.md)"
         )
     return (
