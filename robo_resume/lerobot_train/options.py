@@ -203,18 +203,23 @@ def parse_features(text: str, flag: str) -> dict[str, str | None]:
     """A JSON object of feature renames (``{"old": "new"}``, ``{"old": null}`` drops), checked;
     ``flag`` names the flag in messages."""
     example = '\'{"actions": "action", "state": "observation.state"}\''
+    expected = 'a JSON object {"key in the dataset": "new name" or null}'
+    return _feature_map(_json_flag(text, flag, expected, example), flag, example)
+
+
+def _json_flag(text: str, flag: str, expected: str, example: str) -> Any:
+    """``text`` parsed as JSON, or a TrainSetupError naming ``flag`` with ``example``."""
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TrainSetupError(
             describe(
                 f"{flag} is not valid JSON",
-                expected='a JSON object {"key in the dataset": "new name" or null}',
+                expected=expected,
                 found=f"{text!r} ({exc.msg} at character {exc.pos})",
                 fix=f"{flag}={example} (single quotes around it in a shell)",
             )
         ) from None
-    return _feature_map(value, flag, example)
 
 
 def _feature_map(value: Any, flag: str, example: str) -> dict[str, str | None]:
@@ -237,17 +242,8 @@ def parse_mix_features(text: str, sources: int) -> tuple[dict[str, str | None], 
     """``--mix.features``: a JSON list with one feature mapping (or null) per source."""
     flag = "--mix.features"
     example = '\'[{"actions": "action"}, {}]\''
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TrainSetupError(
-            describe(
-                f"{flag} is not valid JSON",
-                expected="a JSON list with one object per source, in --mix.roots order",
-                found=f"{text!r} ({exc.msg} at character {exc.pos})",
-                fix=f"{flag}={example} (single quotes around it in a shell)",
-            )
-        ) from None
+    expected = "a JSON list with one object per source, in --mix.roots order"
+    value = _json_flag(text, flag, expected, example)
     if not isinstance(value, list) or len(value) != sources:
         raise TrainSetupError(
             describe(

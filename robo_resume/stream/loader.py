@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import IterableDataset
@@ -16,6 +16,7 @@ from torch.utils.data._utils.collate import default_convert
 from ..errors import (
     describe,
 )
+from ..format.metadata import DatasetMeta
 from ..format.video import load_decoder_library
 from ..items import to_float
 from ..items.buffers import release_when_dropped
@@ -27,14 +28,40 @@ from ..workers import WORKER_DIED_HINT as WORKER_DIED_HINT  # re-exported (tests
 from ..workers import check_worker_start, start_method, worker_death_hint
 from .blocks import RING
 
-if TYPE_CHECKING:  # the dataset module builds on this one
-    from ..dataset import ChunkedEpisodeDataset
+
+class BatchSource(Protocol):
+    """What :class:`DatasetBatches` needs of its dataset (a ChunkedEpisodeDataset, which builds
+    on this module: a protocol, not an import)."""
+
+    def iter_batches(
+        self, *, image_dtype: str | None = None, ring: torch.Tensor | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The stream's batches (see ChunkedEpisodeDataset.iter_batches)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's state (StatefulDataLoader protocol)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a state (StatefulDataLoader protocol)."""
+        ...
+
+    @property
+    def meta(self) -> DatasetMeta:
+        """The dataset's metadata (its camera keys name the ring's buffers)."""
+        ...
+
+    @property
+    def renames(self) -> Mapping[str, str]:
+        """The dataset's feature renames (as batches name the cameras)."""
+        ...
 
 
 class DatasetBatches(IterableDataset):
     """The batches of a :class:`ChunkedEpisodeDataset` (a DataLoader with batch_size=None)."""
 
-    def __init__(self, dataset: ChunkedEpisodeDataset, image_dtype: str | None = None) -> None:
+    def __init__(self, dataset: BatchSource, image_dtype: str | None = None) -> None:
         super().__init__()
         self.dataset = dataset
         self.image_dtype = image_dtype
