@@ -1,8 +1,8 @@
 """LeRobot v3.0 metadata: ``meta/episodes/*.parquet`` (typed columns), ``meta/tasks.parquet``.
 
-Over 400 lines because it is one pipeline read top to bottom: the files' columns, their checks
-in the order the per-episode loader made them (so each error names the same first episode),
-then paths and row offsets, each vectorised with its per-episode meaning next to it.
+One pipeline read top to bottom: the files' columns, their checks in the order the
+per-episode loader made them (so each error names the same first episode), then paths and row
+offsets, each vectorised with its per-episode meaning next to it.
 """
 
 from __future__ import annotations

@@ -9,11 +9,9 @@ looking back in time (``delta_timestamps`` with negative deltas) do not force a 
 
 The container is trusted, not ``info.json``: codec, size and frame times come from the stream.
 
-Why this module is over 400 lines: it is one object. :class:`VideoReader` (about 480 lines) holds
-one decoder's state, the open container, where the decoder stands, the frames it just decoded
-and those it decoded ahead, and every method reads and moves that state; the rest (the
-after-fork hook, the stream facts, the probe) is small and exists for it. The conversion of
-decoded frames to planar RGB is :mod:`robo_resume.format.rgb`.
+:class:`VideoReader` holds one decoder's state: the open container, where the decoder stands,
+the frames it just decoded and those it decoded ahead. The conversion of decoded frames to
+planar RGB is :mod:`robo_resume.format.rgb`.
 """
 
 from __future__ import annotations

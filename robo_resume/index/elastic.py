@@ -41,11 +41,9 @@ dropped (as ``drop_last`` drops a short last batch), with a WARNING naming how m
 infinite mode batches run on into the next epoch, so the pieces are simply as equal as
 possible.
 
-Why this module is over 400 lines: it is one argument, told once. The leftover of an
-interrupted epoch, its re-partition over the new topology, the remainder epoch's layout and the
-checks that the saved cursors are a possible DataLoader prefix all rest on the same definitions
-(:class:`Level`, :class:`Remainder`, :class:`Layout`); split, a reader would have to hold the
-same invariants in several files.
+The leftover, its re-partition, the remainder epoch's layout and the checks that the saved
+cursors are a possible DataLoader prefix all rest on the same definitions (:class:`Level`,
+:class:`Remainder`, :class:`Layout`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ The plan is columns (:class:`Plan`: four int64 arrays), never one Python object 
 dataset of 10^6 episodes has about 5x10^6 chunks. Indexing a plan gives a :class:`Chunk` for
 code that wants one.
 
-Slightly over 400 lines: the older text fingerprint (:func:`plan_fingerprint`) is kept beside
-the digest to check resume states written before it.
+The older text fingerprint (:func:`plan_fingerprint`) is kept beside the digest to check
+resume states written before it.
 """
 
 from __future__ import annotations

@@ -34,10 +34,9 @@ count frames of that remainder epoch. Its ``elastic`` entry says so: ``{"epoch":
 "num_workers", "batch_size", "epoch", "cursors"}`` of an earlier run, oldest first, so the
 remainder is recomputed from the state alone. ``elastic`` is None otherwise.
 
-Why this module is over 400 lines: it is one value, :class:`ResumeState`, and its validation
-on load, field by field, with a message for each way a state can be wrong (the field checks,
-versions and fingerprint wording live in :mod:`.records`, :mod:`.versions` and
-:mod:`.fingerprint`).
+Validation on load goes field by field, with a message for each way a state can be wrong; the
+field checks, versions and fingerprint wording live in :mod:`.records`, :mod:`.versions` and
+:mod:`.fingerprint`.
 """
 
 from __future__ import annotations
