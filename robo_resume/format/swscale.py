@@ -4,9 +4,8 @@ PyAV's ``VideoFrame.reformat`` builds a new swscale context for every frame and 
 new frame, whose planes then have to be copied into the batch. This module calls the swscale
 library PyAV itself ships (the same build, so the same conversion) through ``ctypes``: one
 context per thread and source format is kept, and the conversion writes planar RGB (FFmpeg's
-``gbrp``) directly into the three planes of a ``(3, H, W)`` uint8 array. Measured on one core
-of this project's machine: 96x96 frames 52 -> 16 us, 480x640 frames 314 -> 161 us per frame
-(the convert-then-copy path against this one). The call releases the GIL for frames of at least
+``gbrp``) directly into the three planes of a ``(3, H, W)`` uint8 array, which saves the
+per-frame context and the copy. The call releases the GIL for frames of at least
 :data:`_RELEASE_GIL_FROM` pixels.
 
 The arguments are those ``reformat(format="gbrp")`` uses (same size, bilinear flag, no
@@ -33,9 +32,7 @@ _UINT8 = np.dtype(np.uint8)
 _SWS_BILINEAR = 2  # what PyAV's reformat uses by default
 _RELEASE_GIL_FROM = 128 * 128
 """Pixels per frame from which the conversion releases the GIL. Below it the call keeps the GIL:
-factory 96x96 frames (2 cameras, AV1), num_workers=0, 2 decoding threads, quiet machine, median
-of 3 paired runs of 80 batches: 1.07x the frames/s of one thread when every conversion released
-the GIL, 1.10x when it kept it (with delta windows 1.06x and 1.12x)."""
+for a small frame, releasing and retaking the GIL costs more than other threads gain."""
 _ALIGN = 16  # destination rows at least this aligned, so swscale takes its SIMD code path
 
 

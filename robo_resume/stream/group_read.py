@@ -84,12 +84,9 @@ class Overlap:
     With one decoding thread (frames below ``THREADS_FROM_PIXELS``) the background read pays
     only while the consumer works between batches (a training step): in a loop that takes
     batches and does little else the two threads mostly hand the GIL to each other, and
-    reading on the calling thread is faster (paired on a quiet machine, 0 workers, time per
-    sample of always reading ahead over this: (a) 1.18 / 1.02, (c) 1.34 / 1.14 without / with
-    windows; with an 8 ms step, reading inline takes 1.14-1.27x the time of reading ahead).
-    ``adaptive``: every :data:`WINDOW`
-    batches :meth:`batch` decides from the consumer's median share of the time between
-    batches (background from :data:`SHARE` on; the median, so that one pause, a checkpoint
+    reading on the calling thread is faster. ``adaptive``: every :data:`WINDOW` batches
+    :meth:`batch` decides from the consumer's median share of the time between batches
+    (background from :data:`SHARE` on; the median, so that one pause, a checkpoint
     say, does not decide); otherwise the stream always reads ahead. The batches are the same
     either way, only when their frames are decoded changes.
     """

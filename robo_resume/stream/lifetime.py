@@ -1,4 +1,4 @@
-"""Worker lifetime: a DataLoader worker never outlives the training process (issue 13 item 7),
+"""Worker lifetime: a DataLoader worker never outlives the training process,
 and its garbage collector leaves alone what it inherited (:func:`freeze_inherited`).
 
 torch's worker loop exits when ``os.getppid()`` changes (checked every 5 s while it waits for
@@ -8,7 +8,7 @@ holder of its *alive pipe* has closed the pipe's write end. Python hands a copy 
 to every process the forkserver starts (``multiprocessing.forkserver._serve_one``, so that a
 child could start processes from the same server). After ``kill -9`` of the training process the
 workers keep the forkserver alive and the forkserver keeps the workers' parent pid unchanged:
-both wait for each other forever (seen: forkserver and two workers, 3.6 GB, for 9 minutes).
+both wait for each other forever, holding their memory.
 
 :func:`bind_to_trainer` runs once in each worker when it starts its stream, and on Linux:
 
@@ -88,12 +88,9 @@ def freeze_inherited() -> None:
 
     A forked worker inherits the training process's whole heap (torch, the policy, lerobot...)
     and a spawned or forkserver worker has imported torch; every full collection in the worker
-    walked all of it. Measured here: a worker forked from a process that had imported torch
-    and robo_resume (180k objects) ran its first full collection after about 60 of its batches
-    (96x96, 2 cameras, windows), 106-114 ms, a stall of the batches it owed; a child forked
-    from a process holding lerobot's ACT and 2.4M objects spent 489 ms in one and copied 226 MB
-    of the pages it shared with its parent (the walk writes to every object it visits). After
-    ``gc.freeze()``: 0 ms and nothing copied. Objects made later are collected as before. What
+    walked all of it, stalling the batches the worker owed, and copied the pages it shared
+    with its parent (the walk writes to every object it visits). Frozen objects are neither
+    walked nor copied; objects made later are collected as before. What
     this gives up: a cycle among the objects held at this point that becomes garbage later is
     not freed, which Python's documentation of ``gc.freeze`` accepts for the same use (a child
     forked without exec). User code may still call ``gc.unfreeze()`` in the worker.

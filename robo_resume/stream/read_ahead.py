@@ -34,12 +34,8 @@ open50's 480x640 frames, 16 (``block_frames``) of 96x96 ones. See :func:`frames_
 READ_AHEAD_MAX_FRAME = 1 << 20
 """Largest frame (bytes held, :func:`held_bytes`, all cameras) read ahead. Frames are
 kept as decoded (YUV, referenced, not copied) and converted straight into the batch when read,
-so read-ahead costs no extra copy. CPU time per frame against ``interleave=4``, 0 workers, uint8,
-median [min-max] of 2-3 paired rounds on a loaded 2-core machine (/tmp scripts, 2026-11-27):
-96x96 frames of 2 cameras, batch 32, 128 open: 0.95-0.98x with read-ahead (16 frames), 0.86-0.91x
-with the RGB read-ahead it replaces; open50's 480x640 frames, batch 32, 128 open: 0.83x [0.79-
-0.83] with 4 frames ahead, 0.82x [0.82-0.90] with 8, 0.80x without; batch 16, 64 open: 0.91x
-[0.90-0.96] with 8 frames ahead, 0.83x without. Larger frames were not measured."""
+so read-ahead costs no extra copy. The limit is the largest frame size at which read-ahead
+was measured to pay; larger frames are read without it."""
 
 
 _DEFAULT_INTERLEAVE = StreamTuning().interleave  # no read-ahead up to this many open segments

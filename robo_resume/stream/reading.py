@@ -57,10 +57,7 @@ THREADS_FROM_PIXELS = 128 * 128
 of a batch on 2 threads (at least one per camera) by default; below it, on one thread (in the
 background while the consumer works between batches, see ``group_read.Overlap``). From
 this size swscale's conversion releases the GIL too (``format/swscale._RELEASE_GIL_FROM``).
-Measured on this 2-core machine, quiet, in one process (alternating 10-batch blocks, 30
-rounds, uint8, 0 workers), time per sample with one thread against the previous default of
-2: factory 96x96 2 cameras AV1 0.90x (0.94x with delta windows), h264 0.76x (0.73x); 224x224
-AV1 1.24x (1.14x); open50 480x640 1.42x. Sizes between 96x96 and 224x224 were not measured."""
+Smaller frames decode faster on one thread, larger ones on two."""
 
 
 SHUFFLE_IDLE_FILES = 32
