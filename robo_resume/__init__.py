@@ -36,8 +36,8 @@ from .errors import (
 )
 
 # The rest is imported on first use (PEP 562): ``import robo_resume`` and the ``robo-resume``
-# commands that need no data loader (``plan``, ``inspect``) do not import torch, which takes
-# 1.5 to 6 s of a cold start on a busy 2-core machine. Name -> module that defines it.
+# commands that need no data loader (``plan``, ``inspect``) do not import torch, the largest
+# part of a cold start. Name -> module that defines it.
 _LAZY = {
     "load_checkpoint": "checkpoint",
     "load_state": "checkpoint",

@@ -51,9 +51,8 @@ META_PATTERNS = ("meta/**",)
 
 MAX_PATTERNS = 64
 """Above this many patterns the files are fetched one by one (``hf_hub_download``) instead:
-``snapshot_download`` matches every repo file against every pattern (about 1 s per 10^6 pairs),
-which a random split of a large v2.1 dataset (one file per episode and camera) would make
-quadratic."""
+``snapshot_download`` matches every repo file against every pattern, which a random split of a
+large v2.1 dataset (one file per episode and camera) would make quadratic."""
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _TRUE = {"1", "ON", "YES", "TRUE"}

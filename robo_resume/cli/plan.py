@@ -42,7 +42,7 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
     """The schedule ``ChunkedEpisodeDataset(args.root, ...).schedule(args.num_workers)`` gives
     (``StreamTuning`` of the ``--stream.*`` flags as a new ``robo-resume train`` run resolves
     them, features all kept), computed from the same functions without the
-    dataset class: no torch import (1.5 to 6 s of the command's cold start). Like the dataset,
+    dataset class: no torch import (the largest part of a cold start). Like the dataset,
     it reads the first camera's mp4 indexes to start chunks on keyframes when the GOPs are long
     (none when the videos are absent).
     tests/test_plan_cli.py checks that both give the same streams."""

@@ -1,7 +1,7 @@
 """Arrow columns as numpy without pandas, the columnar reader of v2.1 ``episodes.jsonl``, and
 :func:`release_freed_memory` (the allocators' cache after a load).
 
-pyarrow's own ``to_numpy``, ``fill_null`` and ``read_table`` import pandas (about 0.3 s of a
+pyarrow's own ``to_numpy``, ``fill_null`` and ``read_table`` import pandas (a slow part of a
 cold start); these do not. Anything unusual (nulls, other types, a line pyarrow cannot parse)
 returns None, and the caller takes its row-by-row path, which names the bad row.
 """
@@ -21,7 +21,7 @@ __all__ = ["jsonl_episode_columns", "plain_numpy", "release_freed_memory"]
 
 def plain_numpy(col: Any) -> np.ndarray | None:
     """An integer or floating Arrow (Chunked)Array without nulls as numpy, from its buffers;
-    None for anything else. pyarrow's own ``to_numpy`` imports pandas (about 0.3 s of a cold
+    None for anything else. pyarrow's own ``to_numpy`` imports pandas (a slow part of a cold
     ``robo-resume plan``); this does not."""
     import pyarrow as pa
 
@@ -62,7 +62,7 @@ def jsonl_episode_columns(
     task_names)``, stably sorted by episode_index, task names numbered in order of first use
     (what the row-by-row reader and :func:`~.episode_table.task_columns` give); None when
     pyarrow cannot read it or a column is not as lerobot writes it (integers without nulls,
-    lists of strings without null strings). Columnar: 10x faster than json per line."""
+    lists of strings without null strings). Columnar, so much faster than json per line."""
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -129,8 +129,8 @@ def release_freed_memory() -> None:
     (``release_unused``) and glibc's heap (``malloc_trim``, Linux only; elsewhere nothing).
 
     Loading 10^6 episodes decodes about twice the columns it keeps, and both allocators keep
-    the freed pages for reuse: without this the metadata's RSS is 240 MB for 83 MB of columns,
-    with it about 105 MB. Costs a few milliseconds."""
+    the freed pages for reuse: without this the process keeps about three times the memory
+    its columns need."""
     import ctypes
     import ctypes.util
     import sys

@@ -2,7 +2,7 @@
 read-only sequence of :class:`~robo_resume.format.meta_types.EpisodeInfo` views.
 
 A dataset of 10^6 episodes is about 90 MB of int64/float64 columns here, against several GB as
-one Python object per episode (and 18 s to build them). The columns are what planning and
+one Python object per episode (and seconds to build them). The columns are what planning and
 fingerprints compute with (:meth:`EpisodeTable.spans`); an :class:`EpisodeInfo` is built only
 when a caller asks for one episode (``meta.episode(e)``, ``meta.episodes[k]``).
 

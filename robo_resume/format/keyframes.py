@@ -2,8 +2,8 @@
 
 Used by :class:`~robo_resume.dataset.ChunkedEpisodeDataset` (``StreamTuning(
 cut_at_keyframes=...)``) and by ``robo-resume plan``, which must plan the same chunks. One read
-of each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`, about
-0.2-0.3 ms per file); in the automatic mode, short-GOP datasets stop after :data:`AUTO_FILES`
+of each video file's mp4 index (:func:`~robo_resume.format.mp4_index.keyframe_frames`, a small
+read per file); in the automatic mode, short-GOP datasets stop after :data:`AUTO_FILES`
 files and a dataset without its videos reads nothing.
 """
 

@@ -209,7 +209,7 @@ def _printf_paths(
     chunks_size: int,
 ) -> tuple[dict[str, list[str]], list[str]] | None:
     """:func:`_episode_paths` for the usual templates (``{episode_chunk}`` then
-    ``{episode_index}``, integer specs, ``{video_key}``), 10x faster: printf formatting, and
+    ``{episode_index}``, integer specs, ``{video_key}``), faster: printf formatting, and
     the inside-root check once per template, since integers put in it add only digits and
     ``-`` (which never make ``..`` or ``/``). None when a template is another kind, or its
     path for the first episode does not pass (the slow path then raises, naming it)."""

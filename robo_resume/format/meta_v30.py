@@ -195,7 +195,7 @@ def load_v30(
 def _task_pairs(tasks_path: Path) -> Any:
     """``(task_index, task string)`` pairs of ``meta/tasks.parquet``. Read with pyarrow when
     the file is as lerobot writes it (an integer ``task_index`` and the task strings in a
-    ``task`` column or the pandas index, no nulls): no pandas import, about 0.4 s of a cold
+    ``task`` column or the pandas index, no nulls): no pandas import, a slow part of a cold
     start. Anything else goes through pandas, which raises the errors below."""
     import pyarrow.parquet as pq
 

@@ -59,8 +59,7 @@ def column_to_numpy(
 def _numpy(array) -> np.ndarray:
     """An Arrow array as numpy: integers and floats without nulls straight from their buffers
     (:func:`~.arrow_columns.plain_numpy`), anything else through pyarrow's ``to_numpy``. That
-    imports pandas, 0.3-0.5 s, which every fresh DataLoader worker paid on its first read
-    (measured: 0.46 s of a forked worker's first batch, per worker and epoch)."""
+    imports pandas, which every fresh DataLoader worker would pay on its first read."""
     plain = plain_numpy(array)
     return plain if plain is not None else array.to_numpy(zero_copy_only=False)
 

@@ -106,7 +106,7 @@ class _Contexts:
     """The swscale contexts of one thread, one per (source format, width, height), freed with it.
 
     Looking a context up here costs a dict lookup; ``sws_getCachedContext`` compares its
-    options each call (about 20 us, more than converting a 96x96 frame)."""
+    options each call, which costs more than converting a small frame."""
 
     MAX = 8
 
@@ -162,8 +162,8 @@ def convert_gbrp_at(frame, address: int, shape: tuple[int, ...]) -> bool:
 
     For a caller converting many frames into rows of one buffer: it checks the buffer once
     (C-contiguous uint8, ``address`` 16-byte aligned, ``shape`` the row's shape) and passes each
-    row's address, which saves the per-frame checks and ``ndarray.ctypes`` (about 8 of the 22 us
-    one 96x96 frame took). Returns False, having written nothing, where :func:`convert_gbrp`
+    row's address, which saves the per-frame checks and ``ndarray.ctypes`` (a large part of a
+    small frame's conversion). Returns False, having written nothing, where :func:`convert_gbrp`
     would (``shape`` not the frame's, sizes not 16-aligned, swscale not loadable).
     """
     libs = _LIBS or _libs()

@@ -207,7 +207,7 @@ class ParquetTable:
                 return out
         try:
             # One thread: a chunk's rows are few, and Arrow's thread pool costs more than it
-            # saves there (5 row groups of 16 rows: 540 -> 400 us); the loader's workers or
+            # saves there; the loader's workers or
             # decoding threads keep the cores busy.
             table = f.read_row_groups(groups, columns=list(columns), use_threads=False)
         except Exception as exc:

@@ -69,8 +69,8 @@ _DECODING_PIDS: set[int] = set()
 def load_decoder_library() -> None:
     """Import PyAV (FFmpeg's libraries) now, without opening anything: what a process calls
     before forking DataLoader workers that will decode, so that each inherits the import
-    instead of paying it on its first batch (0.12 s of CPU per worker, per epoch without
-    persistent workers; measured: a 2-worker loader of 3 batches 0.23 -> 0.15 s). No decoder
+    instead of paying it on its first batch (per worker, and per epoch without persistent
+    workers). No decoder
     and no FFmpeg thread exists after it, so forking stays as safe as before."""
     import av  # noqa: F401
 
@@ -79,7 +79,7 @@ def decoded_in_this_process() -> bool:
     """True once this process (not merely its parent) has opened a video decoder.
 
     Informational: forking DataLoader workers after decoding is safe (the child detaches the
-    inherited decoders, see the comment above), so robo_resume no longer changes the start
+    inherited decoders, see the comment above), so robo_resume does not change the start
     method because of it.
     """
     return os.getpid() in _DECODING_PIDS
@@ -319,7 +319,7 @@ class VideoReader:
         container, stream = self._opened()
         # Rounded, not truncated: timestamps come from float32 parquet columns, so a keyframe's
         # time (250/30 s: 127999.995 ticks of 1/15360) truncated one tick short seeks a whole
-        # GOP back (measured on h264 gop 250: 1 GOP decoded and thrown away per such seek).
+        # GOP back, decoded and thrown away.
         target = max(round(t / self._time_base), 0)
         try:
             container.seek(target, stream=stream, backward=True, any_frame=False)

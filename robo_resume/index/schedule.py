@@ -35,7 +35,7 @@ The epoch layout is computed once per epoch and shared: :meth:`Schedule.share_ep
 :class:`~robo_resume.stream.loader.BatchLoader` calls (through the dataset's or the mix's
 ``share_schedule``) in the main process before its workers start. Forked workers inherit it, spawned
 ones receive it with the pickled schedule (8 bytes per chunk while the frames are below 2^31: 40 MB
-at 10^6 episodes, 5x10^6 chunks, against 0.3-0.5 s of permutation per worker on 2 cores; a dataset's
+at 10^6 episodes, 5x10^6 chunks, against a permutation per worker; a dataset's
 spawn and forkserver workers map it from shared memory, see
 :mod:`robo_resume.stream.shared_arrays`). Its arrays are read-only. A worker computes a layout
 itself only for the epochs it reaches on its own (persistent workers, infinite mode) or under a
@@ -295,7 +295,7 @@ class Schedule:
             pieces.append((x, x + take))
             a += take
         rows, los, his = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-        typed = offsets.dtype.type  # else searchsorted copies int32 offsets (20 ms at 10^6)
+        typed = offsets.dtype.type  # else searchsorted copies int32 offsets
         for x, y in pieces:  # rows k with offsets[k] < y and offsets[k + 1] > x
             k0 = int(np.searchsorted(offsets, typed(x), side="right")) - 1
             k1 = int(np.searchsorted(offsets[:n], typed(y), side="left"))

@@ -52,7 +52,7 @@ class BufferPool:
         """An uninitialised CPU tensor of ``shape`` and ``dtype`` (see the class)."""
         shape = tuple(int(d) for d in shape)
         np_dtype = _NUMPY_DTYPES.get(dtype)
-        if np_dtype is None:  # looked up once per dtype (a tensor made for it costs ~10 us)
+        if np_dtype is None:  # looked up once per dtype (making a tensor to ask is slow)
             np_dtype = _NUMPY_DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
         if math.prod(shape) * np_dtype.itemsize < self.min_bytes:
             return torch.empty(shape, dtype=dtype)

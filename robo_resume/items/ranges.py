@@ -322,7 +322,7 @@ class EpisodeRangeReader:
 
         ``frames`` is increasing (:meth:`_checked`), so a window reaches outside the episode
         only if the first frame's lowest or the last frame's highest offset does: windows away
-        from the episode's ends skip the clipping (``np.clip`` alone costs ~10 us a call)."""
+        from the episode's ends skip the clipping (``np.clip`` is slow on small arrays)."""
         length = self.ep.length
         query: dict[str, np.ndarray] = {}
         pads: dict[str, np.ndarray] = {}

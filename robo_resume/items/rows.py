@@ -4,8 +4,8 @@ The item path of a ChunkedEpisodeDataset builds each batch's columns once (decod
 place, images converted once per batch) and yields every item as a :class:`BlockItem`, a plain
 ``dict`` of :class:`BlockRow` views of its row of those columns. torch's ``default_collate``
 would stack the rows of each column into a new tensor: at 480x640 float32, three cameras and
-batch 32, that copy moved 350 MB per batch into freshly faulted memory and took more time than
-decoding (measured on open50: ``torch.stack`` 1.6 s of 3.1 s). Two ways back to the batch
+batch 32, that copy moves 350 MB per batch into freshly faulted memory and can take more time
+than decoding. Two ways back to the batch
 without the copy, each giving the values the copy would:
 
 - :func:`collate_items`, registered for :class:`BlockItem` in ``default_collate_fn_map`` (the

@@ -108,8 +108,7 @@ class DecodingThreads:
         raises or skips in job order, as if they had run one after the other. Jobs are handed
         to the threads in at most two runs of consecutive jobs per thread, balanced by
         ``sizes`` (e.g. frames per job; equal if not given): a wide interleave makes blocks of
-        many one-frame jobs, and one pool task per job cost more than the decoding it spread
-        (open50, 0 workers, interleave 128: 1.2x the time per sample of interleave 4); with
+        many one-frame jobs, and one pool task per job cost more than the decoding it spread; with
         few jobs (interleave 4: 4 chunks per block) each job is still a task of its own.
         """
         return self.submit_reads(fn, jobs, sizes)()

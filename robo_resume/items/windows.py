@@ -117,8 +117,7 @@ def decode_windows_into(
 
 FANCY_COPY_BYTES = 64 << 10
 """Frames up to this size (one camera frame, bytes) are copied to their other window places
-with one fancy-indexed copy; larger ones one by one (the temporary would copy each twice).
-At 96x96 the Python loop was 5% of a 0-worker loop's time with windows (py-spy)."""
+with one fancy-indexed copy; larger ones one by one (the temporary would copy each twice)."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -370,7 +370,7 @@ def assemble(
     out = {k: np.empty((total, *v.shape[1:]), dtype=v.dtype) for k, v in first.items()}
     # Each column gathered from every part at once and written with one scatter: a wide
     # interleave makes a block of about one frame from each of 32 parts, whose column-by-part
-    # copies (about 400 numpy calls a batch) took 2 ms a batch on the stream's thread.
+    # copies would be hundreds of numpy calls a batch on the stream's thread.
     raws, places, at = [], [], 0
     for blk in blocks:
         for raw, rows in blk.parts:

@@ -195,7 +195,7 @@ def _in_process_batches(it: Any) -> Callable[[], Any] | None:
     ``default_convert``): a function giving its next batch straight from the dataset's
     iterator, the values torch would give. Its per-batch bookkeeping (``record_function``,
     the sampler, the fetcher, and ``default_convert`` walking every value and every task
-    string) cost 0.3 ms a batch (cProfile; 3% of the time per sample at 96x96). The iterator
+    string) are a noticeable share of the time per sample with small frames. The iterator
     itself is torch's, made as before (its seed draw from the global RNG included). None for
     any other iterator, or a torch whose iterator is not laid out so (then torch's ``next``).
     """
@@ -221,7 +221,7 @@ def _in_process_batches(it: Any) -> Callable[[], Any] | None:
 
 def _convert(value: Any) -> Any:
     """``default_convert(value)``; a list of strings (the batch's tasks) without a call per
-    string (torch's ABC checks cost about 8 us each)."""
+    string (torch's per-value ABC checks are slow)."""
     if type(value) is list and all(type(x) is str for x in value):
         return list(value)
     return default_convert(value)

@@ -223,7 +223,7 @@ class StreamPositions:
         """Compute the layout of the epoch the next iteration starts in, here, before the
         DataLoader's workers start: they inherit it (fork) or map it from shared memory with
         the dataset's other large arrays (spawn, forkserver:
-        :mod:`robo_resume.stream.shared_arrays`) instead of each computing it (about 0.3 s and
+        :mod:`robo_resume.stream.shared_arrays`) instead of each computing it (CPU time and
         40 MB per worker at 10^6 episodes;
         :meth:`~robo_resume.index.schedule.Schedule.share_epoch`). What
         :class:`~robo_resume.stream.loader.BatchLoader` calls per iteration; a remainder epoch

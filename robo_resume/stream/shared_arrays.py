@@ -2,8 +2,8 @@
 
 A ``fork`` worker shares the training process's pages (copy-on-write, never written). A
 ``spawn`` or ``forkserver`` worker receives the dataset by pickle, and a pickled numpy array is
-its bytes: each such worker held its own copy of the metadata columns, the plan and the epoch
-layout (211-231 MB per worker at 10^6 episodes, 3x10^8 frames, 2 cameras).
+its bytes: each such worker would hold its own copy of the metadata columns, the plan and the
+epoch layout (hundreds of MB per worker at 10^6 episodes).
 
 :func:`reduce_for_worker` pickles an object's state for a process that is starting, and only
 then: ``multiprocessing.context.get_spawning_popen()`` is set, which Python does in

@@ -43,7 +43,7 @@ def worker_context(method: str = "forkserver"):
         return None  # e.g. no forkserver on Windows, where spawn is the default anyway
     if method == "forkserver":
         # what every worker imports: a worker that imports pyarrow and pandas itself (to read
-        # its first parquet rows) starts about 0.4 s later
+        # its first parquet rows) starts later
         mp.set_forkserver_preload(FORKSERVER_PRELOAD)
     return mp.get_context(method)
 

@@ -100,7 +100,7 @@ class StreamTuning:
             ``L`` frames on that camera the cuts sit ``L`` frames after the keyframes (the
             chunk's first window then starts on one). The keyframes come from each video
             file's mp4 index (``stss``), one small read per file at construction (a file the
-            index cannot describe, e.g. fragmented, is demuxed; about 0.2-0.3 ms per file).
+            index cannot describe, e.g. fragmented, is demuxed).
             None (default): automatic, on when the first camera's video files exist and a
             keyframe interval of its first :data:`AUTO_FILES` (8) files exceeds
             :data:`AUTO_KEYFRAME_INTERVAL` (2) frames: lerobot's AV1 default (gop 2) keeps the
