@@ -36,9 +36,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "an issue number": re.compile(r"\bissues?\s*(?:#|no\.?|number)?\s*\d+", re.IGNORECASE),
     "a run condition ('quiet machine')": re.compile(r"\bquiet\s+machine", re.IGNORECASE),
     "a /tmp path": re.compile(r"(?<![\w.])/tmp\b"),
-    "a size justification": re.compile(
-        r"\b(?:over|about|under)\s+\d{3,}\s+lines\b", re.IGNORECASE
-    ),
+    "a size justification": re.compile(r"\b(?:over|about|under)\s+\d{3,}\s+lines\b", re.IGNORECASE),
     # A commit hash as git abbreviates it (7-12 hex digits) or in full (40): a standalone word
     # of hex digits that holds both a digit and a letter, so words like "added" or "1000000"
     # stay out.
