@@ -1,4 +1,4 @@
-"""The paired benchmark runs (``--quick``): two checkouts side by side in one process.
+"""benchmarks/tools/paired.py runs (``--quick``): two checkouts side by side in one process.
 
 Timings are never asserted (the machine may be busy); only that both sides were timed on every
 row, the ratios are the totals' and positive, and the JSON holds what the table printed. Both
@@ -23,7 +23,7 @@ def test_paired_benchmark_quick(tmp_path: Path) -> None:
     assert (OPEN50 / "meta" / "info.json").is_file(), f"{OPEN50} is missing (../shared)"
     out_json = tmp_path / "paired.json"
     proc = run_benchmark(
-        "paired.py",
+        "tools/paired.py",
         str(REPO),
         str(REPO),
         "--quick",
@@ -56,6 +56,6 @@ def test_paired_benchmark_quick(tmp_path: Path) -> None:
 
 
 def test_paired_benchmark_names_a_folder_without_the_package(tmp_path: Path) -> None:
-    proc = run_benchmark("paired.py", str(REPO), str(tmp_path), timeout=120)
+    proc = run_benchmark("tools/paired.py", str(REPO), str(tmp_path), timeout=120)
     assert proc.returncode != 0
     assert f"{tmp_path} has no robo_resume/ package (expected a checkout)" in proc.stderr

@@ -21,7 +21,7 @@ Datasets: the factory datasets (a), (b), (c) of ``benchmarks/throughput.py`` and
 ``--tuning-a`` / ``--tuning-b`` give each side its own ``StreamTuning`` (JSON), e.g. one
 decoding thread against two on the same checkout.
 
-Run: ``git worktree add /tmp/base <rev>``, then ``python benchmarks/paired.py . /tmp/base
+Run: ``git worktree add /tmp/base <rev>``, then ``python benchmarks/tools/paired.py . /tmp/base
 [--datasets a,c] [--delta both] [--rounds 40] [--json out/paired.json]``; ``--quick`` runs a
 small version (used by the tests).
 """
@@ -41,9 +41,9 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
 from _common import describe_machine, machine, print_table, progress, write_json
-from throughput import OPEN50, OPEN50_WITH_VIDEO, Case, factory_root
+from throughput import OPEN50, OPEN50_WITH_VIDEO, REPO, Case, factory_root
 
 BATCH = 32
 
@@ -147,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--tuning-a", default="{}", help="StreamTuning of A as JSON")
     p.add_argument("--tuning-b", default=None, help="StreamTuning of B as JSON (default: A's)")
-    p.add_argument(
-        "--data-dir", type=Path, default=Path(__file__).resolve().parents[1] / "out" / "bench_data"
-    )
+    p.add_argument("--data-dir", type=Path, default=REPO / "out" / "bench_data")
     p.add_argument("--quick", action="store_true", help="tiny dataset, few rounds (tests)")
     p.add_argument("--json", type=Path, help="write all numbers here")
     args = p.parse_args(argv)
