@@ -23,7 +23,7 @@ def main() -> None:
 
     def loader():
         ds = ChunkedEpisodeDataset(root, batch_size=8, seed=0, chunk_frames=16)
-        # any start method works (README "Worker start methods"); a forkserver that preloads
+        # any start method works (docs/workers.md); a forkserver that preloads
         # torch, robo_resume and pyarrow is shown here
         return ds.dataloader(num_workers=2, stateful=True, multiprocessing_context=worker_context())
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_benchmark(script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``python benchmarks/SCRIPT ARGS`` from the repository root (how the README runs the
+    """``python benchmarks/SCRIPT ARGS`` from the repository root (how docs/performance.md runs the
     benchmarks), stdout and stderr captured as text; the test asserts on the result."""
     return subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / script), *args],

@@ -4,7 +4,7 @@ Timings are never asserted (the machine may be busy); only that every row (the f
 without windows, open50 with windows) has a positive samples/s for robo_resume and for every
 lerobot backend measured, positive ratios, and a PASS/MISS verdict in the table. torchcodec is
 measured whenever it loads (CI installs FFmpeg's libraries); when it cannot, the script must say
-how to fix it. The full run is in the README's Performance section.
+how to fix it. The full run is in docs/performance.md.
 """
 
 from __future__ import annotations

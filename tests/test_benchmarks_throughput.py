@@ -4,7 +4,7 @@ Timings are never asserted (the machine may be busy); only that robo_resume, ler
 ceiling were all measured, every ratio is there and positive, and the target lines are printed;
 and, with two repeats, that each ceiling ratio is the median of the repeats' own ratios and that
 the repeats timed different parts of the epoch. The full run (all four datasets, 0 and 2
-workers) is in the README's Performance section. The script's ``main`` runs in this process
+workers) is in docs/performance.md. The script's ``main`` runs in this process
 (``run_benchmark_here``): with 0 workers it starts no process, and the test saves starting
 Python and importing torch and lerobot once more.
 """

@@ -1,22 +1,40 @@
-"""README examples run as written, and the command line's output and exit codes."""
+"""README and docs/ examples run as written, and the command line's output and exit codes."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from robo_resume import make_dataset
 from robo_resume.cli import main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
+"""The pages whose python examples users copy: the README and every docs/ page."""
 
 
-def python_blocks():
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def python_blocks(text: str) -> list[str]:
+    """The ```python blocks of a markdown text, in order."""
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def examples() -> list[tuple[str, str]]:
+    """``(page[block k], source)`` of every python example in README.md and docs/*.md."""
+    return [
+        (f"{page.relative_to(REPO).as_posix()}[python block {k}]", block)
+        for page in PAGES
+        for k, block in enumerate(python_blocks(page.read_text()))
+    ]
+
+
+EXAMPLES = examples()
 
 
 def test_readme_starts_with_two_setup_commands():
@@ -27,12 +45,81 @@ def test_readme_starts_with_two_setup_commands():
     assert text.index("```bash") < text.index("```python")
 
 
-@pytest.mark.parametrize("block", range(len(python_blocks())))
-def test_readme_python_examples_run(block, tmp_path, monkeypatch, capsys):
+def test_every_example_is_a_python_block_that_checks_something():
+    """A ```py block would not run here, so there is none; every example asserts its result."""
+    for page in PAGES:
+        text = page.read_text()
+        assert not re.search(r"^```py$", text, flags=re.M), f"{page.name}: use ```python"
+    assert len(EXAMPLES) >= 8 and any("docs/" in where for where, _ in EXAMPLES)
+    for where, source in EXAMPLES:
+        assert "assert " in source, f"{where} checks nothing (add an assert on its result)"
+
+
+class HubStandIn:
+    """``huggingface_hub.snapshot_download`` serving one local dataset under any repo id.
+
+    Files matching ``allow_patterns`` are copied into a snapshot folder named by a fixed commit,
+    as the real cache names it; every call is recorded.
+    """
+
+    COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, source: Path, cache: Path):
+        self.source, self.cache = source, cache
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def __call__(
+        self,
+        repo_id,
+        *,
+        repo_type,
+        revision,
+        allow_patterns,
+        cache_dir,
+        local_dir,
+        local_files_only,
+    ):
+        from huggingface_hub.utils import filter_repo_objects
+
+        assert repo_type == "dataset"
+        self.calls.append((repo_id, list(allow_patterns)))
+        snapshot = self.cache / repo_id.replace("/", "--") / "snapshots" / self.COMMIT
+        files = [
+            p.relative_to(self.source).as_posix() for p in self.source.rglob("*") if p.is_file()
+        ]
+        for f in filter_repo_objects(files, allow_patterns=allow_patterns):
+            (snapshot / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.source / f, snapshot / f)
+        return str(snapshot)
+
+
+@pytest.fixture(scope="module")
+def hub_dataset(tmp_path_factory) -> Path:
+    """The dataset the Hub stand-in serves: 10 episodes, one camera."""
+    root = tmp_path_factory.mktemp("hub") / "pusht"
+    return make_dataset(root, episode_lengths=(9, 7, 12, 5, 8, 6, 10, 4, 7, 11)).root
+
+
+@pytest.mark.parametrize("where,source", EXAMPLES, ids=[w for w, _ in EXAMPLES])
+def test_python_examples_run(where, source, tmp_path, monkeypatch, capsys, hub_dataset):
+    """Every example runs as written (in a fresh namespace, from an empty folder).
+
+    Datasets on the Hub come from a stand-in for ``snapshot_download`` (no network here); an
+    example that names a ``repo_id`` must have gone through it, metadata first.
+    """
     monkeypatch.chdir(tmp_path)
-    exec(compile(python_blocks()[block], f"README.md[python block {block}]", "exec"), {})
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    hub = HubStandIn(hub_dataset, tmp_path / "hub-cache")
+    if "repo_id=" in source:
+        huggingface_hub = pytest.importorskip("huggingface_hub")
+        monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
+    exec(compile(source, where, "exec"), {"__name__": "__doc_example__"})
     out = capsys.readouterr().out
-    assert "resumed with" in out or out == ""
+    if where.startswith("README.md"):
+        assert "resumed with" in out or out == ""
+    if "repo_id=" in source:
+        assert hub.calls and hub.calls[0][1] == ["meta/**"], hub.calls
+        assert len(hub.calls) > 1, "the selected episodes' files were never fetched"
 
 
 @pytest.mark.slow(21)

@@ -87,14 +87,14 @@ def test_lerobot_policy_example(capsys):
     assert "trained ACT for 3 steps" in out, out
 
 
-# examples/ddp_train.py (crash and exact resume on every rank, its README command included)
+# examples/ddp_train.py (crash and exact resume on every rank, docs/distributed.md's commands)
 # runs in tests/test_multinode.py as two torchrun node groups.
 
 
 @pytest.mark.slow(19)
 @pytest.mark.timeout(600)
 def test_accelerate_example_and_the_pitfall(tmp_path):
-    """The README's two commands, one torchrun start: in each rank, the example's main runs
+    """The example's two runs, one torchrun start: in each rank, the example's main runs
     as documented, then with --prepare-loader (tests/example_runs.py)."""
     torchrun(Path(__file__).with_name("example_runs.py"), "accelerate_train.py",
              "--workdir", tmp_path, "---", "--workdir", tmp_path, "--prepare-loader")  # fmt: skip

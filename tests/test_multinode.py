@@ -3,7 +3,7 @@
 Two node groups of 2 processes each (4 ranks, gloo, 1 DataLoader worker per rank: 4 streams),
 rendezvous at 127.0.0.1 (node 0's address, as on a cluster). Each node reads its own copy of
 the dataset (the "local copy per node" layout): node 1 the copy given with ``--root``, node 0
-the one the example generates itself without ``--root`` (as in the README's single-node
+the one the example generates itself without ``--root`` (as in docs/distributed.md's single-node
 command, so this test also runs that path); the checkpoint and logs are in one shared folder.
 The run is killed after step 5 (last checkpoint: step 3) and resumed with both nodes to the end
 of the epoch: every rank's trained batches, the 3 steps before the checkpoint from the killed

@@ -1,9 +1,9 @@
-"""The public API is what ``robo_resume.__all__`` lists, and the README and examples use only it.
+"""The public API is what ``robo_resume.__all__`` lists; the README, docs/ and examples use only it.
 
-Users copy the README and the examples; whatever they import there is the API we promise to keep.
-So every name they import comes from the package itself (``from robo_resume import ...``), is in
-the sorted ``__all__``, and has a docstring. The examples' model is their own
-(``examples/tiny_policy.py``), not the library's.
+Users copy the README, the docs pages and the examples; whatever they import there is the API we
+promise to keep. So every name they import comes from the package itself
+(``from robo_resume import ...``), is in the sorted ``__all__``, and has a docstring. The
+examples' model is their own (``examples/tiny_policy.py``), not the library's.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ def _sources() -> list[tuple[str, str]]:
     out = [
         (p.relative_to(ROOT).as_posix(), p.read_text()) for p in sorted(ROOT.glob("examples/*.py"))
     ]
-    readme = (ROOT / "README.md").read_text()
-    for k, block in enumerate(re.findall(FENCE + r"(?:python|py)\n(.*?)" + FENCE, readme, re.S)):
-        out.append((f"README.md python block {k}", block))
+    for page in [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]:
+        text = page.read_text()
+        name = page.relative_to(ROOT).as_posix()
+        for k, block in enumerate(re.findall(FENCE + r"(?:python|py)\n(.*?)" + FENCE, text, re.S)):
+            out.append((f"{name} python block {k}", block))
     return out
 
 

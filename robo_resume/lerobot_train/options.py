@@ -163,7 +163,7 @@ def own_flags(
                         f"Unknown flag {a.split('=')[0]}",
                         expected=", ".join(flags[:-1]) + " or " + flags[-1],
                         found=a,
-                        fix="see `robo-resume train --help` and the README's lerobot section",
+                        fix="see `robo-resume train --help` and docs/lerobot-train.md",
                     )
                 )
             own[name] = value

@@ -41,8 +41,8 @@ FIX_DEFAULT = (
 )
 ESCAPE = (
     "; to resume anyway, accepting that frames may be replayed or lost, pass "
-    "resume_strict=False to ChunkedEpisodeDataset (or MixedDataset): see the README, "
-    "'When a resume is refused'"
+    "resume_strict=False to ChunkedEpisodeDataset (or MixedDataset): see "
+    "docs/resume.md#when-a-resume-is-refused"
 )
 ABOUT = "about"
 """Fingerprint key of readable facts (episode ranges, chunk_frames, ...) used to say in words

@@ -48,7 +48,7 @@ PLAIN_LOADER_NOTE = (
     "or collate_fn=). They collate back into the dataset's batches without a copy, through reused "
     "shared memory, with torch's default collate and batch_size=ds.batch_size; other collate "
     "functions or batch sizes stack every batch. ds.dataloader(num_workers=...) yields the same "
-    "batches and adds len(), epochs() and on_error='skip'; see the README, 'A plain DataLoader'."
+    "batches and adds len(), epochs() and on_error='skip'; see docs/tuning.md#a-plain-dataloader."
 )
 
 
