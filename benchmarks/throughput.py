@@ -10,7 +10,7 @@ Measured side by side in one run, interleaved (A, B, C, A, B, C, ...), ``--repea
 - ``plain``: ``torch.utils.data.DataLoader(ds, batch_size=32, num_workers=W)`` over the same
   dataset (items collated by torch's ``default_collate``, as lerobot's trainer and hand-written
   loops build it), uint8 and float32, printed as its ratio to ``ds.dataloader()`` (target 0.8x;
-  see the README, 'A plain DataLoader');
+  see docs/tuning.md, 'A plain DataLoader');
 - ``1 cam``: robo_resume uint8 with ``features=`` keeping the first camera only (the others are
   never opened or decoded), printed as its ratio to all cameras (datasets with 2+ cameras);
 - ``ceiling``: one sequential PyAV decode pass (RGB ndarray per frame and camera, one FFmpeg

@@ -1,6 +1,6 @@
 """robo_resume: stream LeRobot datasets in chunks to PyTorch, resume crashed runs exactly.
 
-Public API: the names in ``__all__`` (everything else is internal and may change; the README and
+Public API: the names in ``__all__`` (everything else is internal and may change; the docs and
 the examples import only these, which tests/test_public_api.py checks):
 
 - Streaming: :class:`ChunkedEpisodeDataset` (arithmetic resume), :class:`DataSource` (where

@@ -152,7 +152,7 @@ class EpochCache:
 @dataclass(frozen=True)
 class Location:
     """Where position ``p`` of a stream-epoch lies: group, offset in it, frames done per segment
-    of it (a place in the schedule; a *cursor* is what a stream delivered, see the README)."""
+    of it (a place in the schedule; a *cursor* is what a stream delivered, see docs/concepts.md)."""
 
     group: int
     offset: int
