@@ -203,7 +203,6 @@ class ChunkedEpisodeDataset(IterableDataset):
         self.source = src = as_source(source, source_fields, owner="ChunkedEpisodeDataset")
         check_resume_step(resume_step, batch_size)
         tuning = tuning or StreamTuning()
-        chunk_frames = tuning.chunk_frames(src.chunk_frames)
         if tuning.tail == "keep" and (drop_last or infinite):
             raise ValueError(
                 describe(
@@ -227,6 +226,7 @@ class ChunkedEpisodeDataset(IterableDataset):
             else:
                 meta = load_metadata(src.root)
         self.meta = meta.select(features)
+        chunk_frames = tuning.chunk_frames(src.chunk_frames, video=bool(self.meta.camera_keys))
         self.renames = check_renames(self.meta, src.renames())
         every = src.episodes is None
         episodes = selected_episode_array(self.meta, src.episodes)
@@ -663,9 +663,9 @@ class ChunkedEpisodeDataset(IterableDataset):
         """
         info = get_worker_info()
         if info is None:  # in a worker the main process's plan could not follow
-            self.positions.adopt_even_plan(
-                state.get("fingerprint") if isinstance(state, Mapping) else None
-            )
+            theirs = state.get("fingerprint") if isinstance(state, Mapping) else None
+            self.positions.adopt_even_plan(theirs)
+            self.positions.adopt_two_frame_plan(theirs)
         self._loaded = check_stream_state(
             state,
             expected_for(self.fingerprint, state.get("fingerprint"), self.chunks),

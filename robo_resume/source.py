@@ -46,9 +46,10 @@ class DataSource:
             appear under the new name in items and batches, and ``delta_timestamps`` names
             them by the new name.
         chunk_frames: maximum frames per chunk (contiguous frames of one episode, one parquet
-            range read and one video seek); None: the order's default (2 for the shuffle order,
-            64 for the interleave order: :meth:`StreamTuning.chunk_frames
-            <robo_resume.StreamTuning.chunk_frames>`; in a mix, the mix's value).
+            range read and one video seek); None: the order's default (for the shuffle order 2,
+            or 1 when no selected feature is a video; 64 for the interleave order:
+            :meth:`StreamTuning.chunk_frames <robo_resume.StreamTuning.chunk_frames>`; in a mix,
+            the mix's value).
 
     Raises:
         ValueError: neither ``root`` nor ``repo_id`` is given, ``chunk_frames`` is not a

@@ -96,11 +96,24 @@ def test_same_frames_same_state_whatever_the_selection(roots):
     [
         ({"nope": None}, r"names keys the dataset does not have.*Found \['nope'\]"),
         ({CAM1: CAM0}, r"renames a feature to the name of another feature.*Found \['"),
-        (["action"], r"leaves out columns every item needs"),
+        (
+            {"index": None, "action": None},
+            r"drops columns every item needs.*Found \{key: None\} for \['index'\].*"
+            r"take these keys out of the mapping",
+        ),
         ("action", r"must name keys"),
     ],
 )
 def test_bad_selections_are_refused(roots, features, pattern):
+    """(A list of keys to keep keeps the columns every item needs by itself.)"""
     (full,) = roots
     with pytest.raises(ValueError, match=pattern):
         ChunkedEpisodeDataset(full, batch_size=4, features=features)
+
+
+def test_a_list_of_keys_keeps_the_columns_every_item_needs(roots):
+    (full,) = roots
+    ds = ChunkedEpisodeDataset(full, batch_size=4, seed=2, features=["action"])
+    batch = next(iter(ds.dataloader(num_workers=0)))
+    assert {"action", "index", "episode_index", "frame_index", "timestamp"} <= set(batch)
+    assert CAM0 not in batch and CAM1 not in batch and "observation.state" not in batch

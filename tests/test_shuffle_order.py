@@ -322,3 +322,127 @@ def test_a_state_of_the_interleave_order_resumes_in_it_or_is_refused(factory, ca
     )
     with pytest.raises(ResumeStateError, match=r"different '(order|plan)'"):
         fast(resume_state=shuffled)
+
+
+# -- streams without video: single frames ------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stream_without_video_reads_single_frames_drawn_from_the_whole_epoch(factory, workers):
+    fds = factory(episode_lengths=LENGTHS, num_cameras=1, fps=10)
+    with_video = ChunkedEpisodeDataset(fds.root, batch_size=5, seed=3)
+    assert with_video.chunk_frames == 2  # one GOP of lerobot's g=2 video
+    delta = {"action": [0.0, 0.1, 0.2]}
+    ds = ChunkedEpisodeDataset(
+        fds.root,
+        batch_size=5,
+        seed=3,
+        features={"observation.images.cam0": None},
+        delta_timestamps=delta,
+        tuning=StreamTuning(shuffle_frames=24),
+    )
+    assert ds.chunk_frames == 1
+    assert (
+        ChunkedEpisodeDataset(
+            fds.root, batch_size=5, chunk_frames=2, features=["observation.state", "action"]
+        ).chunk_frames
+        == 2
+    )  # an explicit value is kept
+    sched = ds.schedule(workers)
+    w = max(workers, 1)
+    want = [sched.frame_indices(0, s).tolist() for s in range(w)]
+    # single frames: consecutive frames of an episode are no longer emitted next to each other
+    # as pairs; every window is a uniform sample of the epoch's frames
+    pairs = sum(
+        abs(a - b) == 1 for part in want for a, b in zip(part[::2], part[1::2], strict=False)
+    )
+    assert pairs < len(want[0]) // 4
+    reader = LeRobotReader(fds.root, delta_timestamps=delta)
+    got: list[list[int]] = [[] for _ in range(w)]
+    for k, batch in enumerate(ds.dataloader(num_workers=workers)):
+        idx = batch["index"].tolist()
+        got[k % w] += idx
+        assert "observation.images.cam0" not in batch
+        for r, i in enumerate(idx):
+            item = reader[i]
+            ep, f = int(item["episode_index"]), int(item["frame_index"])
+            assert np.array_equal(batch["observation.state"][r].numpy(), expected_state(ep, f, 4))
+            assert torch.equal(batch["action"][r], item["action"])
+            assert torch.equal(batch["action_is_pad"][r], item["action_is_pad"])
+    assert got == [part[: len(g)] for part, g in zip(want, got, strict=True)]
+    assert sum(map(len, got)) >= sum(LENGTHS) - w * 5  # the whole epoch, but for a short tail
+
+
+def test_a_two_frame_state_of_a_stream_without_video_resumes_in_its_plan(factory, caplog):
+    root = factory(episode_lengths=LENGTHS, num_cameras=1).root
+    tabular = {"observation.images.cam0": None}
+
+    def two(**kw):  # what the default was for such a stream before single frames
+        return ChunkedEpisodeDataset(
+            root, batch_size=4, seed=1, features=tabular, chunk_frames=2, **kw
+        )
+
+    def default(**kw):
+        return ChunkedEpisodeDataset(root, batch_size=4, seed=1, features=tabular, **kw)
+
+    full, _ = consume(two, num_workers=2, epochs=2)
+    before, state = consume(two, num_workers=2, epochs=2, stop_after=3)
+    with caplog.at_level(logging.INFO, logger="robo_resume"):
+        resumed = default(resume_state=state)
+    assert resumed.chunk_frames == 2
+    assert "saved with chunks of 2 frames" in caplog.text
+    after, _ = consume(
+        default, num_workers=2, epochs=2, stop_after=len(full) - 3, resume_state=state
+    )
+    assert _indices(before) + _indices(after) == _indices(full)
+    # the StatefulDataLoader hook adopts it too (main process)
+    ds = default()
+    ds.load_state_dict(two().state_dict())
+    assert ds.chunk_frames == 2
+    # a state of another chunk length is refused, naming the plan
+    _, three = consume(
+        lambda **kw: ChunkedEpisodeDataset(
+            root, batch_size=4, seed=1, features=tabular, chunk_frames=3, **kw
+        ),
+        num_workers=0,
+        stop_after=2,
+    )
+    with pytest.raises(ResumeStateError, match=r"'plan'"):
+        default(resume_state=three)
+    # and a new run without video reads single frames
+    assert default().chunk_frames == 1
+
+
+def test_a_bad_row_skips_only_its_own_frame_though_its_episode_is_checked_once(tmp_path):
+    """Rows are checked once per episode; where that fails, each range is checked on its own, so
+    on_error="skip" skips only the chunk holding the bad row (and "raise" names its frame)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from robo_resume.errors import MetadataMismatchError
+    from robo_resume.testing import make_dataset
+
+    fds = make_dataset(tmp_path / "ds", episode_lengths=LENGTHS, num_cameras=1)
+    meta = ChunkedEpisodeDataset(fds.root, batch_size=4).meta
+    ep = meta.episode(1)
+    path = fds.root / ep.data_path
+    t = pq.read_table(path)
+    frames = t.column("frame_index").to_numpy().copy()
+    bad_row = ep.data_row_start + 7  # episode 1, frame 7
+    frames[bad_row] += 100
+    t = t.set_column(t.schema.get_field_index("frame_index"), "frame_index", pa.array(frames))
+    pq.write_table(t, path)
+    bad_index = ep.dataset_from_index + 7
+
+    def make(**kw):
+        return ChunkedEpisodeDataset(
+            fds.root, batch_size=4, seed=2, features={"observation.images.cam0": None}, **kw
+        )
+
+    with pytest.raises(MetadataMismatchError, match=r"'frame_index'.*episode 1, frame 7"):
+        for _ in make().dataloader(num_workers=0):
+            pass
+    ds = make(on_error="skip", tuning=StreamTuning(tail="keep"))
+    got = [i for b in ds.dataloader(num_workers=0) for i in b["index"].tolist()]
+    assert bad_index not in got
+    assert sorted(got) == sorted(set(range(sum(LENGTHS))) - {bad_index})

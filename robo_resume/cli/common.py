@@ -12,7 +12,8 @@ OK, FAILED, USAGE = 0, 1, 2
 
 
 CHUNK_HELP = (
-    "frames per chunk (default: the order's, 2 for the shuffle order, 64 for the interleave order)"
+    "frames per chunk (default: the order's: 2 for the shuffle order, 1 without video; 64 for the "
+    "interleave order)"
 )
 ORDER_HELP = "the stream order (default: shuffle; interleave with --interleave*)"
 EPISODES_HELP = (

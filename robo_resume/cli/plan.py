@@ -72,7 +72,8 @@ def _schedule(args: argparse.Namespace, episodes: list[int] | str | None) -> Sch
     # the dataset's default StreamTuning(cut_at_keyframes=None): chunks start on the first
     # camera's keyframes when its GOPs are long (one small mp4 index read per file)
     cuts = keyframe_cuts(meta, spans.episode_index, auto=tuning.cut_at_keyframes is None)
-    chunks = make_chunks(spans, tuning.chunk_frames(src.chunk_frames), cut_points=cuts)
+    chunk_frames = tuning.chunk_frames(src.chunk_frames, video=bool(meta.camera_keys))
+    chunks = make_chunks(spans, chunk_frames, cut_points=cuts)
     return Schedule(chunks, config, Topology(args.world_size, args.num_workers))
 
 

@@ -125,7 +125,8 @@ class DatasetMeta:
                 )
             )
         else:
-            named = keep = list(features)
+            named = list(features)
+            keep = named + [k for k in REQUIRED_COLUMNS if k not in named]  # always kept
         unknown = [k for k in named if k not in known]
         if unknown:
             raise ValueError(
@@ -138,14 +139,14 @@ class DatasetMeta:
             )
         gone = [k for k in self.features if k not in keep]
         required = [k for k in gone if k in REQUIRED_COLUMNS]
-        if required:
+        if required:  # (only a mapping drops them: a list keeps them)
             raise ValueError(
                 describe(
-                    "features= leaves out columns every item needs",
+                    "features= drops columns every item needs",
                     expected=f"{list(REQUIRED_COLUMNS)} kept (they place each frame)",
-                    found=required,
-                    fix="leave these keys out of the selection; drop them from the batches if "
-                    "the model does not use them",
+                    found=f"{{key: None}} for {required}",
+                    fix="take these keys out of the mapping (they are always kept); drop them "
+                    "from the batches if the model does not use them",
                 )
             )
         if not gone:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import MetadataMismatchError, describe
+from ..errors import BROKEN_DATA_ERRORS, MetadataMismatchError, describe
 from ..format.frame_store import FrameStore
 from ..format.metadata import DatasetMeta, EpisodeInfo
 from ..format.row_groups import RowGroupCache
@@ -29,7 +29,7 @@ from .buffers import (
     to_tensor,
 )
 from .options import IDLE_DECODERS, ItemOptions, delta_indices
-from .ranges import EpisodeRangeReader
+from .ranges import EpisodeRangeReader, check_rows
 from .threads import DecodingThreads
 
 
@@ -65,6 +65,7 @@ class ItemBuilder(DecodingThreads):
         self._file_rows = dict(zip(cols.data_paths, rows.tolist(), strict=True))
         self._checked: set[str] = set()
         self._videos_checked: set[str] = set()
+        self._rows_verified: dict[int, bool] = {}  # episode -> all its rows passed the checks
         d = self.delta or {}
         # (offsets as a (1, w) row, lowest, highest) of each window, for EpisodeRangeReader
         self.window_offsets = {k: (v[None, :], int(v.min()), int(v.max())) for k, v in d.items()}
@@ -87,6 +88,7 @@ class ItemBuilder(DecodingThreads):
         del state["_lock"]
         state["_checked"] = set()
         state["_videos_checked"] = set()
+        state["_rows_verified"] = {}
         return state
 
     def __setstate__(self, state) -> None:
@@ -115,6 +117,29 @@ class ItemBuilder(DecodingThreads):
         if store is None:
             store = self._stores[camera] = FrameStore()
         return store
+
+    def rows_verified(self, ep: EpisodeInfo) -> bool:
+        """Whether every parquet row of ``ep`` passed the row checks (one read of the episode's
+        rows the first time it is asked, then remembered): ranges of a verified episode skip
+        them. False where any check fails, or the read does: each range of that episode is then
+        checked on its own, so an error names the range's own rows, and ``on_error="skip"``
+        skips only the chunks that hold them."""
+        known = self._rows_verified.get(ep.episode_index)
+        if known is None:
+            table = self.table(ep)
+            try:
+                rows = table.read(
+                    ep.data_row_start,
+                    ep.data_row_start + ep.length,
+                    self.columns,
+                    episode=ep.episode_index,
+                )
+                check_rows(self, ep, rows, 0, table.path)
+                known = True
+            except BROKEN_DATA_ERRORS:
+                known = False
+            self._rows_verified[ep.episode_index] = known
+        return known
 
     def table(self, ep: EpisodeInfo) -> ParquetTable:
         """The (cached) parquet table holding ``ep``'s rows, its row count checked once."""

@@ -18,6 +18,7 @@ from ..format.video import VideoReader
 from .windows import HeldWindows, decode_windows_into, window_run
 
 if TYPE_CHECKING:
+    from ..format.meta_types import EpisodeInfo
     from .builder import ItemBuilder  # which makes these readers
 
 
@@ -55,14 +56,17 @@ class EpisodeRangeReader:
         self.lo = max(0, start - builder.window_before)
         self.hi = min(ep.length, stop + builder.window_after)
         table = builder.table(ep)
+        verified = builder.rows_verified(ep)
         self.rows = table.read(
             ep.data_row_start + self.lo,
             ep.data_row_start + self.hi,
             builder.columns,
             episode=ep.episode_index,
+            check=not verified,
         )
         self.path = table.path
-        self._check_rows(table.path)
+        if not verified:
+            check_rows(builder, ep, self.rows, self.lo, table.path)
         self.timestamps = (
             self.rows["timestamp"].astype(np.float64)
             if "timestamp" in self.rows
@@ -72,65 +76,6 @@ class EpisodeRangeReader:
             cache_frames = builder.window_before  # look-back windows; nothing else re-reads
         self._cache_frames = cache_frames
         self.videos: dict[str, VideoReader] = {}  # acquired from the builder on first use
-
-    def _check_rows(self, path) -> None:
-        ep = self.ep
-        tasks = self.rows.get("task_index")
-        if tasks is not None:
-            bad = np.flatnonzero((tasks < 0) | (tasks >= len(self.builder.meta.tasks)))
-            if bad.size:
-                k = int(bad[0])
-                raise MetadataMismatchError(
-                    describe(
-                        "The data file's 'task_index' names a task that meta/ does not have",
-                        expected=f"task_index in [0, {len(self.builder.meta.tasks)})",
-                        found=f"task_index={int(tasks[k])}",
-                        file=path,
-                        episode=ep.episode_index,
-                        frame=self.lo + k,
-                        fix="the dataset is inconsistent; download it again or rebuild meta/",
-                    )
-                )
-            listed = self.builder.episode_task_indices(ep)
-            bad = np.flatnonzero(~np.isin(tasks, listed)) if listed is not None else bad
-            if bad.size and listed is not None:  # (bad is empty when listed is None)
-                k = int(bad[0])
-                names = self.builder.meta.tasks
-                raise MetadataMismatchError(
-                    describe(
-                        "The data file's 'task_index' names a task that its episode's metadata "
-                        "does not list",
-                        expected=f"task_index in {sorted(set(listed.tolist()))} "
-                        f"(meta/ lists the episode's tasks {list(ep.tasks)!r})",
-                        found=f"task_index={int(tasks[k])} ({names[int(tasks[k])]!r})",
-                        file=path,
-                        episode=ep.episode_index,
-                        frame=self.lo + k,
-                        fix="the dataset is inconsistent; download it again or rebuild meta/",
-                    )
-                )
-        for col, expected in (
-            ("episode_index", np.full(self.hi - self.lo, ep.episode_index)),
-            ("index", np.arange(ep.dataset_from_index + self.lo, ep.dataset_from_index + self.hi)),
-            ("frame_index", np.arange(self.lo, self.hi)),
-        ):
-            got = self.rows.get(col)
-            if got is None:
-                continue
-            bad = np.flatnonzero(got != expected)
-            if bad.size:
-                k = int(bad[0])
-                raise MetadataMismatchError(
-                    describe(
-                        f"The data file's '{col}' column disagrees with the episode metadata",
-                        expected=f"{col}={int(expected[k])}",
-                        found=f"{col}={int(got[k])}",
-                        file=path,
-                        episode=ep.episode_index,
-                        frame=self.lo + k,
-                        fix="the dataset is inconsistent; download it again or rebuild meta/",
-                    )
-                )
 
     def __enter__(self) -> EpisodeRangeReader:
         return self
@@ -438,3 +383,69 @@ def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Split columns (frames along the first axis) into one dict per frame."""
     n = len(next(iter(cols.values()))) if cols else 0
     return [{k: v[i] for k, v in cols.items()} for i in range(n)]
+
+
+def check_rows(
+    builder: ItemBuilder, ep: EpisodeInfo, rows: Mapping[str, np.ndarray], lo: int, path: Any
+) -> None:
+    """Check the parquet ``rows`` of episode ``ep``'s frames ``lo, lo + 1, ...`` (read from
+    ``path``) against meta/: task indices the dataset and the episode list, and the
+    ``episode_index``, ``index`` and ``frame_index`` columns. Raises MetadataMismatchError
+    naming the first disagreeing frame."""
+    hi = lo + len(next(iter(rows.values()))) if rows else lo
+    tasks = rows.get("task_index")
+    if tasks is not None:
+        bad = np.flatnonzero((tasks < 0) | (tasks >= len(builder.meta.tasks)))
+        if bad.size:
+            k = int(bad[0])
+            raise MetadataMismatchError(
+                describe(
+                    "The data file's 'task_index' names a task that meta/ does not have",
+                    expected=f"task_index in [0, {len(builder.meta.tasks)})",
+                    found=f"task_index={int(tasks[k])}",
+                    file=path,
+                    episode=ep.episode_index,
+                    frame=lo + k,
+                    fix="the dataset is inconsistent; download it again or rebuild meta/",
+                )
+            )
+        listed = builder.episode_task_indices(ep)
+        bad = np.flatnonzero(~np.isin(tasks, listed)) if listed is not None else bad
+        if bad.size and listed is not None:  # (bad is empty when listed is None)
+            k = int(bad[0])
+            names = builder.meta.tasks
+            raise MetadataMismatchError(
+                describe(
+                    "The data file's 'task_index' names a task that its episode's metadata "
+                    "does not list",
+                    expected=f"task_index in {sorted(set(listed.tolist()))} "
+                    f"(meta/ lists the episode's tasks {list(ep.tasks)!r})",
+                    found=f"task_index={int(tasks[k])} ({names[int(tasks[k])]!r})",
+                    file=path,
+                    episode=ep.episode_index,
+                    frame=lo + k,
+                    fix="the dataset is inconsistent; download it again or rebuild meta/",
+                )
+            )
+    for col, expected in (
+        ("episode_index", np.full(hi - lo, ep.episode_index)),
+        ("index", np.arange(ep.dataset_from_index + lo, ep.dataset_from_index + hi)),
+        ("frame_index", np.arange(lo, hi)),
+    ):
+        got = rows.get(col)
+        if got is None:
+            continue
+        bad = np.flatnonzero(got != expected)
+        if bad.size:
+            k = int(bad[0])
+            raise MetadataMismatchError(
+                describe(
+                    f"The data file's '{col}' column disagrees with the episode metadata",
+                    expected=f"{col}={int(expected[k])}",
+                    found=f"{col}={int(got[k])}",
+                    file=path,
+                    episode=ep.episode_index,
+                    frame=lo + k,
+                    fix="the dataset is inconsistent; download it again or rebuild meta/",
+                )
+            )

@@ -42,7 +42,7 @@ from ..index.start import (
 from ..state.fingerprint import expected_for, plan_of_state, value_hash
 from ..state.resume import ResumeState, StreamCursor
 from .epochs import EpochTable
-from .tuning import StreamTuning
+from .tuning import SHUFFLE_CHUNK_FRAMES, SHUFFLE_CHUNK_FRAMES_TABULAR, StreamTuning
 
 __all__ = ["StreamPositions"]
 
@@ -186,6 +186,7 @@ class StreamPositions:
             self.resume_state = ResumeState.from_dict(state)
             self.adopt_interleave_order(self.resume_state.fingerprint)
             self.adopt_even_plan(self.resume_state.fingerprint)
+            self.adopt_two_frame_plan(self.resume_state.fingerprint)
             expected = expected_for(self.fingerprint, self.resume_state.fingerprint, self.chunks)
             if self.resume_state.batch_size is not None:  # elastic: the batch size may change
                 expected["batch_size"] = self.resume_state.batch_size
@@ -508,6 +509,37 @@ class StreamPositions:
             "pass StreamTuning(cut_at_keyframes=False) to say so",
             self.chunk_frames,
             len(even_plan),
+        )
+
+    def adopt_two_frame_plan(self, theirs: Any) -> None:
+        """A state saved before streams without video read single frames (their default
+        ``chunk_frames`` was :data:`~robo_resume.stream.tuning.SHUFFLE_CHUNK_FRAMES`, 2) carries
+        the digest of that plan: when this plan is the single-frame default and the state's
+        plan is the 2-frame one, use 2-frame chunks, so the state resumes exactly (one INFO
+        line). Only with ``chunk_frames`` None; any other mismatch is left to the fingerprint
+        check."""
+        if self.chunk_frames_given or self.tuning.resolved_order != "shuffle":
+            return
+        if self.chunk_frames != SHUFFLE_CHUNK_FRAMES_TABULAR or not isinstance(theirs, Mapping):
+            return
+        if theirs.get("plan") in (self.fingerprint["plan"], None):
+            return
+        made: list[Plan] = []
+
+        def two_frames() -> Plan:
+            made.append(make_chunks(self.spans, SHUFFLE_CHUNK_FRAMES))
+            return made[-1]
+
+        if plan_of_state(theirs, {"two frames": two_frames}) is None:
+            return
+        self.make_plan(self.tuning, SHUFFLE_CHUNK_FRAMES)
+        self._forget_layouts()
+        logger.info(
+            "resume: the state was saved with chunks of %d frames (robo_resume's default for "
+            "streams without video before they read single frames): resuming that plan; pass "
+            "chunk_frames=%d to say so, or start a new run for single frames",
+            SHUFFLE_CHUNK_FRAMES,
+            SHUFFLE_CHUNK_FRAMES,
         )
 
     def skipped_from(self, epoch: int, seg: Segment) -> int:

@@ -26,6 +26,11 @@ SHUFFLE_CHUNK_FRAMES = 2
 as lerobot writes it), so that a shuffle window holds many places of the dataset (longer GOPs
 make chunks a GOP long, see ``cut_at_keyframes``)."""
 
+SHUFFLE_CHUNK_FRAMES_TABULAR = 1
+"""``chunk_frames`` when it is None, the order is "shuffle" and the stream reads no video (state
+and action columns, images stored in the parquet): single frames, so a shuffle window's frames
+are a uniform sample of the epoch; nothing is decoded twice without video."""
+
 INTERLEAVE_CHUNK_FRAMES = 64
 """``chunk_frames`` when it is None and the order is "interleave"."""
 
@@ -198,20 +203,22 @@ class StreamTuning:
         changed = any(getattr(self, k) != v for k, v in _INTERLEAVE_DEFAULTS.items())
         return "interleave" if changed else "shuffle"
 
-    def chunk_frames(self, chunk_frames: int | None) -> int:
+    def chunk_frames(self, chunk_frames: int | None, *, video: bool = True) -> int:
         """The frames per chunk this order uses for a source's ``chunk_frames``.
 
         Args:
             chunk_frames: the source's value, or None for the order's default.
+            video: whether the stream reads a video feature (after ``features`` selection).
 
         Returns:
-            ``chunk_frames`` itself, or for None this order's default
-            (:data:`SHUFFLE_CHUNK_FRAMES` or :data:`INTERLEAVE_CHUNK_FRAMES`).
+            ``chunk_frames`` itself, or for None this order's default: for the shuffle order
+            :data:`SHUFFLE_CHUNK_FRAMES` with video, :data:`SHUFFLE_CHUNK_FRAMES_TABULAR`
+            without; for the interleave order :data:`INTERLEAVE_CHUNK_FRAMES`.
         """
         if chunk_frames is not None:
             return chunk_frames
         if self.resolved_order == "shuffle":
-            return SHUFFLE_CHUNK_FRAMES
+            return SHUFFLE_CHUNK_FRAMES if video else SHUFFLE_CHUNK_FRAMES_TABULAR
         return INTERLEAVE_CHUNK_FRAMES
 
     def schedule_config(self, *, seed: int, batch_size: int, drop_last: bool) -> ScheduleConfig:
