@@ -184,46 +184,52 @@ def factory(tmp_path_factory):
     return make
 
 
-@pytest.fixture(scope="session")
-def lerobot_written(tmp_path_factory) -> Path:
-    """A v3.0 dataset written by lerobot's own writer (create/add_frame/save_episode/finalize)."""
+def write_with_lerobot(
+    root: Path, lengths=(12, 25, 7, 18), *, fps: int = 15, cameras=("top", "wrist"), **create_kw
+) -> Path:
+    """Write a v3.0 dataset at ``root`` with lerobot's own writer (create, add_frame,
+    save_episode, finalize): episodes of ``lengths`` frames, 48x64 video ``cameras`` (every
+    frame other random 8x8 blocks; ``wrist`` is ``top`` upside down), tasks pick/place/push.
+    ``create_kw`` goes to ``LeRobotDataset.create`` (e.g. ``video_files_size_in_mb=1e-6`` and
+    ``data_files_size_in_mb=1e-6``: one data file and one mp4 per camera for each episode)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    root = tmp_path_factory.mktemp("lerobot") / "ds"
     features = {
         "observation.state": {"dtype": "float32", "shape": (3,), "names": None},
         "action": {"dtype": "float32", "shape": (2,), "names": None},
-        "observation.images.top": {
-            "dtype": "video",
-            "shape": (48, 64, 3),
-            "names": ["height", "width", "channels"],
-        },
-        "observation.images.wrist": {
-            "dtype": "video",
-            "shape": (48, 64, 3),
-            "names": ["height", "width", "channels"],
-        },
     }
+    for cam in cameras:
+        features[f"observation.images.{cam}"] = {
+            "dtype": "video",
+            "shape": (48, 64, 3),
+            "names": ["height", "width", "channels"],
+        }
     ds = LeRobotDataset.create(
-        "local/lerobot_written", fps=15, features=features, root=root, use_videos=True
+        "local/lerobot_written", fps=fps, features=features, root=root, use_videos=True, **create_kw
     )
     rng = np.random.default_rng(0)
-    for ep, length in enumerate((12, 25, 7, 18)):
+    for ep, length in enumerate(lengths):
         for f in range(length):
             base = rng.integers(0, 255, size=(6, 8, 3), dtype=np.uint8)
             img = np.kron(base, np.ones((8, 8, 1), dtype=np.uint8))
-            ds.add_frame(
-                {
-                    "observation.state": np.array([ep, f, rng.normal()], dtype=np.float32),
-                    "action": rng.normal(size=2).astype(np.float32),
-                    "observation.images.top": img,
-                    "observation.images.wrist": img[::-1].copy(),
-                    "task": ("pick", "place", "push")[ep % 3],
-                }
-            )
+            frame = {
+                "observation.state": np.array([ep, f, rng.normal()], dtype=np.float32),
+                "action": rng.normal(size=2).astype(np.float32),
+                "task": ("pick", "place", "push")[ep % 3],
+            }
+            images = {"top": img, "wrist": img[::-1].copy()}
+            for cam in cameras:
+                frame[f"observation.images.{cam}"] = images[cam]
+            ds.add_frame(frame)
         ds.save_episode()
     ds.finalize()
     return root
+
+
+@pytest.fixture(scope="session")
+def lerobot_written(tmp_path_factory) -> Path:
+    """A v3.0 dataset written by lerobot's own writer (create/add_frame/save_episode/finalize)."""
+    return write_with_lerobot(tmp_path_factory.mktemp("lerobot") / "ds")
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,51 @@ def test_missing_fps(copy):
         load_metadata(root)
 
 
+@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+@pytest.mark.parametrize(
+    ("fps", "shown"),
+    [(float("nan"), "nan"), (float("inf"), "inf"), (0, "0"), (-30, "-30"), (-0.5, "-0.5")],
+)
+def test_fps_that_is_no_frame_rate_is_refused_at_load(copy, version, fps, shown):
+    """NaN and inf fps (json writes and reads them) were accepted at load, and windows then
+    raised a bare ValueError from delta_indices; refused at load like 0 and negative rates."""
+    root = copy(version=version)
+    edit_info(root, fps=fps)
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"invalid fps\. Expected a positive finite number.*Found {shown}\..*"
+        r"info\.json.*Fix: set fps in meta/info\.json",
+    ):
+        load_metadata(root)
+    with pytest.raises(DatasetFormatError, match="invalid fps"):
+        ChunkedEpisodeDataset(root, batch_size=2, delta_timestamps={"action": [0.0, 0.1]})
+
+
+V21_JSON_FILES = ["info.json", "stats.json", "episodes.jsonl", "tasks.jsonl"]
+
+
+@pytest.mark.parametrize("name", [*V21_JSON_FILES, "episodes.jsonl:key"])
+def test_bytes_that_are_not_utf8_in_a_json_file_name_the_file_and_the_byte(copy, name):
+    """Non-UTF-8 bytes in episodes.jsonl raised UnicodeDecodeError from pyarrow's reader (in
+    a task string or a key: pyarrow takes any bytes), in tasks.jsonl from read_text."""
+    name, _, where = name.partition(":")
+    root = copy(version="v2.1")
+    path = root / "meta" / name
+    data = path.read_bytes()
+    if where == "key":  # inside the first key of the second line
+        at = data.index(b"\n") + 2
+    else:  # inside the last string of the file
+        at = data.rindex(b'"')
+    line = data.count(b"\n", 0, at) + 1
+    path.write_bytes(data[:at] + b"\xff\xfe" + data[at:])
+    with pytest.raises(
+        CorruptFileError,
+        match=rf"not valid UTF-8.*byte 0xff at byte offset {at} \(line {line},.*"
+        rf"At file .*meta/{name}\. Fix: restore the file",
+    ):
+        LeRobotReader(root)
+
+
 def test_missing_features(copy):
     root = copy()
     edit_info(root, features=None)

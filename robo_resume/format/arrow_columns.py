@@ -62,12 +62,15 @@ def jsonl_episode_columns(
     task_names)``, stably sorted by episode_index, task names numbered in order of first use
     (what the row-by-row reader and :func:`~.episode_table.task_columns` give); None when
     pyarrow cannot read it or a column is not as lerobot writes it (integers without nulls,
-    lists of strings without null strings). Columnar, so much faster than json per line."""
+    lists of strings without null strings) or the file is not UTF-8 (pyarrow does not check;
+    the row-by-row reader names the byte). Columnar, so much faster than json per line."""
     import pyarrow as pa
     import pyarrow.json as pj
 
+    data = path.read_bytes()
     try:
-        table = pj.read_json(path)
+        data.decode("utf-8")  # the text is only checked: JSON is UTF-8, pyarrow takes any bytes
+        table = pj.read_json(pa.BufferReader(data))
     except Exception:  # the row-by-row reader names the line
         return None
     names = table.column_names

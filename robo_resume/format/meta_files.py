@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,41 @@ from .validate import (
 )
 
 
+def read_text(path: Path) -> str:
+    """The text of the metadata file ``path``, decoded as UTF-8 (what JSON is).
+
+    Raises:
+        CorruptFileError: bytes that are not UTF-8, naming the file, the byte offset, the line
+            and the column of the first bad byte (a partial download, or a file saved in
+            another encoding).
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise CorruptFileError(
+            describe(
+                "A metadata file is not valid UTF-8 text",
+                expected="UTF-8 text (JSON and JSON lines are UTF-8)",
+                found=f"byte 0x{data[exc.start]:02x} at byte offset {exc.start} (line {line}, "
+                f"column {column}): {exc.reason}",
+                file=path,
+                fix="restore the file from the published dataset (a partial download, or a "
+                "file saved in another encoding, leaves bytes that are not UTF-8)",
+            )
+        ) from exc
+
+
 def read_json(path: Path) -> Any:
+    """The JSON document in ``path``.
+
+    Raises:
+        MissingFileError: no file at ``path``.
+        CorruptFileError: bytes that are not UTF-8 (see :func:`read_text`) or text that is not
+            JSON, naming the file.
+    """
     if not path.is_file():
         raise MissingFileError(
             describe(
@@ -38,9 +73,10 @@ def read_json(path: Path) -> Any:
                 "or download the dataset again",
             )
         )
+    text = read_text(path)
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
         raise CorruptFileError(
             describe(
                 "A metadata file is not valid JSON",
@@ -56,11 +92,18 @@ _SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # not in typ
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON values of the lines of ``path`` (blank lines skipped).
+
+    Raises:
+        MissingFileError: no file at ``path``.
+        CorruptFileError: bytes that are not UTF-8 (see :func:`read_text`) or a line that is
+            not JSON, naming the file and the line.
+    """
     if not path.is_file():
         read_json(path)  # raises MissingFileError with the standard message
     rows = []
     scan = _SCAN  # json.loads per line, without its per-call Python wrappers
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    for lineno, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         text = line.strip(" \t\n\r")  # the whitespace json.loads skips around a value
@@ -199,11 +242,12 @@ def load_info(root: Path) -> dict[str, Any]:
                 )
             )
     fps = info["fps"]
-    if not isinstance(fps, int | float) or isinstance(fps, bool) or fps <= 0:
+    number = isinstance(fps, int | float) and not isinstance(fps, bool)
+    if not number or not math.isfinite(fps) or fps <= 0:  # NaN and inf: no frame rate
         raise DatasetFormatError(
             describe(
                 "meta/info.json has an invalid fps",
-                expected="a positive number",
+                expected="a positive finite number (frames per second)",
                 found=repr(fps),
                 file=info_path,
                 fix="set fps in meta/info.json to the rate the dataset was recorded at",

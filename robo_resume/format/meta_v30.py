@@ -275,33 +275,44 @@ def _numbers(table: Any, name: str) -> np.ndarray:
 
 def _task_lists(table: Any, file: Path, ep: np.ndarray) -> tuple[Any, Any, tuple[str, ...]]:
     """The ``tasks`` column as ``(offsets, codes, names)`` (see :class:`EpisodeTable`): a
-    list-of-strings column without nulls inside the lists is encoded by Arrow; anything else
-    goes row by row through :func:`~.validate.task_list` (which names the first bad row)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    list-of-strings column without nulls inside the lists is encoded by Arrow
+    (:func:`_arrow_task_lists`); anything else goes row by row through
+    :func:`~.validate.task_list` (which names the first bad row)."""
     col = table.column("tasks")
-    kind = col.type
-    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
-        pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)
-    ):
-        lists = col.combine_chunks()
-        flat = lists.flatten()  # the values of non-null lists only
-        if flat.null_count == 0:
-            lengths = pc.list_value_length(lists)
-            if lengths.null_count:  # fill_null imports pandas: only when there is a null
-                lengths = lengths.fill_null(0)
-            offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-            np.cumsum(integers_of(lengths), out=offsets[1:])
-            encoded = pc.dictionary_encode(flat)
-            return (
-                offsets,
-                integers_of(encoded.indices).astype(np.int32),
-                tuple(encoded.dictionary.to_pylist()),
-            )
+    fast = _arrow_task_lists(col)
+    if fast is not None:
+        return fast
     values = col.to_pandas().tolist()
     return task_columns(
         [task_list(t, file=file, episode=int(ep[k]), row=k) for k, t in enumerate(values)]
+    )
+
+
+def _arrow_task_lists(col: Any) -> tuple[Any, Any, tuple[str, ...]] | None:
+    """The columnar fast path of :func:`_task_lists`, or None when ``col`` is not a
+    list-of-strings column without null strings (then the row-by-row path decides)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = col.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not (
+        pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)
+    ):
+        return None
+    lists = col.combine_chunks()
+    flat = lists.flatten()  # the values of non-null lists only
+    if flat.null_count:
+        return None
+    lengths = pc.list_value_length(lists)
+    if lengths.null_count:  # fill_null imports pandas: only when there is a null
+        lengths = lengths.fill_null(0)
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(integers_of(lengths), out=offsets[1:])
+    encoded = pc.dictionary_encode(flat)
+    return (
+        offsets,
+        integers_of(encoded.indices).astype(np.int32),
+        tuple(encoded.dictionary.to_pylist()),
     )
 
 

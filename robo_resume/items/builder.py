@@ -3,6 +3,7 @@ metadata, and the assembly of a frame range's columns into items."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,11 @@ from .buffers import (
 from .options import IDLE_DECODERS, ItemOptions, delta_indices
 from .ranges import EpisodeRangeReader, check_rows
 from .threads import DecodingThreads
+
+logger = logging.getLogger("robo_resume")
+
+_WARNED: set[str] = set()  # video files warned about in this process: once per file
+_WARNED_LOCK = threading.Lock()
 
 
 class ItemBuilder(DecodingThreads):
@@ -206,9 +212,9 @@ class ItemBuilder(DecodingThreads):
             self._check_video_starts(camera, reader, info)
             self._videos_checked.add(key)
 
-    def _video_members(self, camera: str, rel: str) -> list[tuple[float, int, int]]:
-        """``(from_timestamp, episode_index, length)`` of the episodes whose ``camera`` video is
-        the file ``rel``, sorted (by time in the file)."""
+    def _video_members(self, camera: str, rel: str) -> list[tuple[float, float, int, int]]:
+        """``(from_timestamp, to_timestamp, episode_index, length)`` of the episodes whose
+        ``camera`` video is the file ``rel``, sorted (by time in the file)."""
         cols = self.meta.columns
         video = cols.videos.get(camera)
         if video is None or rel not in video.paths:
@@ -216,56 +222,100 @@ class ItemBuilder(DecodingThreads):
         rows = np.flatnonzero(video.file == video.paths.index(rel))
         ts, ep, length = video.from_timestamp[rows], cols.episode_index[rows], cols.length[rows]
         order = np.lexsort((length, ep, ts))
-        columns = (ts[order].tolist(), ep[order].tolist(), length[order].tolist())
+        columns = (
+            ts[order].tolist(),
+            video.to_timestamp[rows][order].tolist(),
+            ep[order].tolist(),
+            length[order].tolist(),
+        )
         return list(zip(*columns, strict=True))
 
     def _check_video_starts(self, camera: str, reader: VideoReader, info: Any) -> None:
-        """Each episode of a shared mp4 starts at the frame after the episodes before it.
+        """Each episode of a shared mp4 starts where the episodes before it end; frames that
+        no episode reads are reported once per file (a warning: they are harmless).
 
         Episodes are concatenated in one mp4 in time order, so the episode at ``from_timestamp``
         ``f`` starts at frame ``round((f - t0) * fps)`` (``t0``: the container's first frame
-        time), which must equal the summed lengths of the episodes before it in the file. A
-        ``from_timestamp`` off by whole frames still finds frames (the neighbours), silently;
-        this catches it from the metadata and the container header alone, with no decoding.
+        time), which must be where the episode before it in the file ends: after its
+        ``length`` frames, or after its video segment (``to_timestamp - from_timestamp``) when
+        that is longer (an episode trimmed in the parquet whose video was kept whole, as
+        lerobot's v2.1 to v3.0 converter writes it from the mp4 durations). A
+        ``from_timestamp`` off by whole frames still finds frames (the neighbours), silently,
+        in lerobot too; this refuses it from the metadata and the container header alone, with
+        no decoding. Frames past an episode's rows inside its segment, and frames after the
+        last episode of the file, are never read: lerobot reads by timestamp and returns the
+        right frames, and so does this reader; they get one warning per file and process
+        (:data:`_WARNED`). Fewer frames than the episodes need are reported when decoding,
+        naming the first missing frame.
         """
         rel = reader.path.relative_to(self.meta.root).as_posix()
         members = self._video_members(camera, rel)
         fps = float(info.fps or self.meta.fps)
         t0 = reader.start_time()
-        start = 0
-        for from_ts, episode, length in members:
+        ends = [0]  # where the next episode may start: after the rows, or after the segment
+        odd: list[str] = []
+        longer = None  # the previous episode's segment longer than its rows, if it is
+        for from_ts, to_ts, episode, length in members:
             at = (from_ts - t0) * fps
+            start = min(ends, key=lambda e: abs(at - e))
             if abs(at - start) > 0.5:
+                by_segment = f" or {t0 + ends[1] / fps:.6f}" if len(ends) > 1 else ""
                 raise MetadataMismatchError(
                     describe(
                         f"An episode's from_timestamp for '{camera}' does not point at its first "
                         "frame in the video",
-                        expected=f"from_timestamp {t0 + start / fps:.6f} (frame {start} of the "
-                        "file: the summed lengths of the episodes before it in this mp4)",
+                        expected=f"from_timestamp {t0 + ends[0] / fps:.6f} (frame {ends[0]} of "
+                        "the file: where the rows of the episodes before it in this mp4 end)"
+                        + (
+                            f"{by_segment} (where the previous episode's to_timestamp ends)"
+                            if by_segment
+                            else ""
+                        ),
                         found=f"from_timestamp {from_ts:.6f} (frame {at:.2f})",
                         file=reader.path,
                         episode=episode,
                         frame=0,
                         fix="every frame of the episode would be read from another time; set "
                         f"videos/{camera}/from_timestamp in meta/episodes to the episode's "
-                        "start in the mp4, or download meta/ again",
+                        "start in the mp4, or download meta/ (or the mp4, if it was copied from "
+                        "other episodes) again",
                     )
                 )
-            start += length
-        # More frames than its episodes: the file belongs to other episodes (fewer frames are
-        # reported when decoding, naming the first missing frame).
-        if info.num_frames > start:
-            raise MetadataMismatchError(
-                describe(
-                    f"A video of '{camera}' holds another number of frames than its episodes",
-                    expected=f"{start} frames (the lengths of the {len(members)} episodes whose "
-                    f"videos/{camera} point to this file)",
-                    found=f"{info.num_frames} frames in the container",
-                    file=reader.path,
-                    episode=reader.episode,
-                    fix="the file belongs to other episodes; download it again, or "
-                    "rebuild meta/ if the video is right",
+            if longer is not None and start == ends[-1]:
+                odd.append(longer)  # the episode before it ends at its segment, after its rows
+            segment = round((to_ts - from_ts) * fps)  # the frames to_timestamp gives it
+            ends, longer = [start + length], None
+            if segment > length:
+                ends.append(start + segment)
+                longer = (
+                    f"episode {episode}'s video segment holds {segment - length} frames after "
+                    f"its {length} rows (to_timestamp - from_timestamp = {to_ts - from_ts:.3f} "
+                    f"s; {length / fps:.3f} s by its length)"
                 )
+        end = ends[-1] if info.num_frames >= ends[-1] else ends[0]
+        if longer is not None and end == ends[-1]:
+            odd.append(longer)
+        if info.num_frames > end:
+            last = f" (episode {members[-1][2]})" if members else ""
+            odd.append(
+                f"{info.num_frames - end} trailing frames after the last episode{last} of meta/ "
+                f"({info.num_frames} frames in the container, {end} in its episodes)"
+            )
+        if not odd:
+            return
+        with _WARNED_LOCK:  # decoding threads of one process may open the file at once
+            first = str(reader.path) not in _WARNED
+            _WARNED.add(str(reader.path))
+        if first:
+            logger.warning(
+                "video %s ('%s', opened for episode %s): %s. Harmless: frames are read at "
+                "from_timestamp + timestamp, as lerobot reads them, and no episode reads "
+                "these (an episode trimmed in its parquet, or a recording that ran past its "
+                "last row); if the file was copied from other episodes, download it again",
+                reader.path,
+                camera,
+                reader.episode,
+                "; ".join(odd),
             )
 
     def release(self, reader: VideoReader) -> None:
