@@ -13,7 +13,9 @@ other features), a plain DataLoader's collate, and the mix.
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from robo_resume import ChunkedEpisodeDataset, CorruptFileError, LeRobotReader
 from robo_resume.items import unbind
 from robo_resume.mix import MixedDataset, MixSource
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "language.md"
 LANGUAGE = ("language_persistent", "language_events")
 H, W = 48, 64
 FPS = 10
@@ -402,3 +405,14 @@ def test_missing_fields_are_none_as_hf_fills_them(annotated, tmp_path):
     assert theirs[0]["language_events"][0]["camera"] is None
     for i in (0, 5, len(theirs) - 1):
         assert_same_item(ours[i], theirs[i], f"item {i}")
+
+
+def test_the_docs_example_runs(tmp_path, monkeypatch, capsys):
+    """docs/language.md's example, run as written."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "docs/language.md[python block 0]", "exec"), {})
+    out = capsys.readouterr().out
+    assert "['pick up the red cup', 'put it on the blue cup']" in out
+    assert "'content': 'careful!'" in out
