@@ -416,3 +416,40 @@ def test_the_docs_example_runs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "['pick up the red cup', 'put it on the blue cup']" in out
     assert "'content': 'careful!'" in out
+
+
+def test_lerobot_renders_our_items_as_its_own(annotated):
+    """lerobot's message rendering (RenderMessagesStep's render_sample, the processor step that
+    consumes these columns) gives the same messages from our items as from lerobot's."""
+    from lerobot.configs.recipe import MessageTurn, TrainingRecipe
+    from lerobot.datasets.language_render import render_sample
+
+    recipe = TrainingRecipe(
+        messages=[
+            MessageTurn(role="user", content="${task} (plan: ${plan})", stream="high_level"),
+            MessageTurn(
+                role="user",
+                content="${interjection}",
+                stream="high_level",
+                if_present="interjection",
+            ),
+            MessageTurn(role="assistant", content="${subtask}", stream="low_level", target=True),
+        ]
+    )
+
+    def render(item):
+        return render_sample(
+            recipe=recipe,
+            persistent=item["language_persistent"],
+            events=item["language_events"],
+            t=float(item["timestamp"]),
+            sample_idx=int(item["index"]),
+            task=item["task"],
+        )
+
+    ours, theirs = LeRobotReader(annotated), lerobot_dataset(annotated)
+    rendered = [render(theirs[i]) for i in range(9)]  # episode 0, the annotated one
+    assert rendered[1]["messages"][1]["content"] == "slower!"
+    assert rendered[4]["messages"][-1]["content"] == "lift"
+    for i in range(len(theirs)):
+        assert_same_value(render(ours[i]), render(theirs[i]), f"item {i}")
