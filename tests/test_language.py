@@ -453,3 +453,22 @@ def test_lerobot_renders_our_items_as_its_own(annotated):
     assert rendered[4]["messages"][-1]["content"] == "lift"
     for i in range(len(theirs)):
         assert_same_value(render(ours[i]), render(theirs[i]), f"item {i}")
+
+
+def test_a_dataset_rewritten_by_lerobot_edit_dataset(annotated, tmp_path):
+    """lerobot-edit-dataset's delete_episodes rewrites the data with lerobot's own schema
+    (float32 timestamps, tool calls as arrow.json strings): read as lerobot reads it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from lerobot.datasets.dataset_tools import delete_episodes
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    out = tmp_path / "deleted"
+    delete_episodes(LeRobotDataset("l/src", root=annotated), [1], output_dir=out, repo_id="l/o")
+    schema = pq.read_schema(next(out.glob("data/*/*.parquet")))
+    row = schema.field("language_events").type.value_type
+    assert isinstance(row.field("tool_calls").type.value_type, pa.BaseExtensionType)
+    ours, theirs = LeRobotReader(out, image_dtype="uint8"), lerobot_dataset(out)
+    assert len(theirs) == 17 and theirs[4]["language_events"][0]["tool_calls"]
+    for i in range(len(theirs)):
+        assert_same_item(ours[i], theirs[i], f"item {i}")
