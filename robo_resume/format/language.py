@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def _tool_calls(array: Any, where: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-def _refuse(where: Mapping[str, Any], found: str, expected: str) -> None:
+def _refuse(where: Mapping[str, Any], found: str, expected: str) -> NoReturn:
     raise CorruptFileError(
         describe(
             f"A data file's language column '{where['name']}' does not have lerobot's schema",
