@@ -3,9 +3,10 @@
 - Encoder settings in a video feature's info (video.g, video.crf, ..., is_depth_map: false) and
   info.json keys robo_resume does not know: accepted (items equal to lerobot's, see also
   test_conformance.py, whose lerobot-written dataset carries the encoder settings).
-- Depth maps (is_depth_map) and language columns (language_persistent, language_events):
-  refused at load time with UnsupportedFeatureError; the fix the message gives (lerobot's
-  remove_feature) yields a dataset robo_resume reads exactly as lerobot does.
+- Depth maps (is_depth_map), and dtype language under a name other than language_persistent
+  and language_events: refused at load time with UnsupportedFeatureError; the fix the message
+  gives (lerobot's remove_feature) yields a dataset robo_resume reads exactly as lerobot does.
+  The two language columns are read (tests/test_language.py).
 
 The datasets are written by lerobot 0.6.1's own writer.
 """
@@ -135,20 +136,28 @@ def test_depth_maps_are_refused_at_load_time(depth_dataset):
     assert issubclass(UnsupportedFeatureError, DatasetFormatError)
 
 
-def test_language_columns_are_refused_at_load_time(language_dataset):
+def test_language_dtype_under_another_name_is_refused(language_dataset, tmp_path):
+    """lerobot 0.6 knows language columns by name: the two it declares are read (see
+    test_language.py); dtype language on another column fails in lerobot and is refused."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     assert LeRobotDataset("local/lang", root=language_dataset).meta.has_language_columns
+    assert unsupported_features(load_metadata(language_dataset).features) == {}
+    copy = tmp_path / "ds"
+    shutil.copytree(language_dataset, copy)
+    info = json.loads((copy / "meta" / "info.json").read_text())
+    info["features"]["notes"] = {"dtype": "language", "shape": [1], "names": None}
+    (copy / "meta" / "info.json").write_text(json.dumps(info, indent=4))
     with pytest.raises(
         UnsupportedFeatureError,
-        match=r"The dataset has language columns, which robo_resume does not read: "
-        r"'language_persistent', 'language_events'\..*Found 'language_persistent' \(dtype "
-        r"'language', lerobot 0\.6 language annotations\); 'language_events' .*"
-        r"Fix: read these features with lerobot's LeRobotDataset \(language columns come back "
-        r"as lists of messages, batched by lerobot_collate_fn\), or stream a copy without them "
-        r".*--operation\.feature_names \"\['language_persistent', 'language_events'\]\"",
+        match=r"The dataset has language columns, which robo_resume does not read: 'notes'\. "
+        r".*Found 'notes' \(dtype 'language' under a name other than language_persistent and "
+        r"language_events\)\..*Fix: rename a language column to language_persistent or "
+        r"language_events \(the only names lerobot 0\.6 reads as language; it fails on "
+        r"others too\), or stream a copy without them "
+        r".*--operation\.feature_names \"\['notes'\]\"",
     ):
-        LeRobotReader(language_dataset)
+        LeRobotReader(copy)
 
 
 def test_the_fix_in_the_message_works(depth_dataset, language_dataset, tmp_path):

@@ -57,6 +57,7 @@ class ItemBuilder(DecodingThreads):
         self._cameras = frozenset(meta.visual_keys)  # converted and transformed as images
         self.image_keys = frozenset(meta.image_keys)  # decoded from parquet bytes in raw()
         self._strings = frozenset(meta.string_keys)
+        self._language = frozenset(meta.language_keys)  # object arrays of message lists
         self._tables: dict[str, ParquetTable] = {}
         self._row_groups = RowGroupCache()  # decoded parquet rows the next chunks read again
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
@@ -360,7 +361,8 @@ class ItemBuilder(DecodingThreads):
         Cameras (video and image features) become ``(..., C, H, W)`` tensors (float32 in
         [0, 1], or uint8 when ``image_dtype`` or the options say so) with ``image_transforms``
         applied item by item, data columns get lerobot's dtypes, ``task`` and string features
-        become lists of ``str``. At most one copy
+        become lists of ``str``, language columns lists of their items' values (message lists
+        or None, never in shared memory). At most one copy
         per camera (the float conversion), written straight into shared memory when ``shared``
         (a DataLoader worker: the batch then crosses to the main process without another copy).
         A camera value that is already a uint8 tensor (decoded into its final buffer, see
@@ -394,6 +396,8 @@ class ItemBuilder(DecodingThreads):
                 out[key] = [tasks[i] for i in v.tolist()]
             elif key in self._strings:
                 out[key] = [str(x) for x in v.tolist()]
+            elif key in self._language:
+                out[key] = v.tolist()  # each item's own list (see format/language.py)
             elif shared and lerobot_dtype(v) is not None:
                 out[key] = None  # packed below, in this place
             else:
