@@ -18,6 +18,7 @@ wrong frame or a wrong formula, not noise. Depth is float32 millimetres on both 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -287,3 +288,20 @@ def test_missing_parameters_take_lerobots_defaults(depth_root, tmp_path):
     ours, theirs = LeRobotReader(root), lerobot(root)
     for i in (0, 12, len(ours) - 1):
         assert assert_same_item(ours[i], theirs[i], f"item {i}") == 0.0
+
+
+def test_spawn_workers(depth_root):
+    """Spawned workers receive the dataset by pickle (robo_resume/stream/shared_arrays.py's
+    path, the depth codecs with it) and decode depth themselves: batches equal lerobot's."""
+    ds = ChunkedEpisodeDataset(depth_root, batch_size=4, seed=4)
+    _rows_equal_lerobot(ds, lerobot(depth_root), 2, multiprocessing_context="spawn")
+
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "depth.md"
+
+
+def test_docs_example_runs():
+    """docs/depth.md's example runs as written (it writes its own dataset with lerobot)."""
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "docs/depth.md[python block 0]", "exec"), {})
