@@ -1,20 +1,20 @@
 """Which features robo_resume reads, and the lerobot 0.6 features it refuses when loading.
 
 robo_resume reads numeric columns (float, int, bool and fixed-size lists of them), declared
-``string`` columns, RGB ``video`` features, 8-bit ``image`` features (PNG or JPEG in the data
-parquet, see :mod:`robo_resume.format.images`), lerobot 0.6's language columns
-``language_persistent`` and ``language_events`` (lists of message dicts per frame, see
-:mod:`robo_resume.format.language`) and the task, and returns them exactly as lerobot's
-``LeRobotDataset`` does. lerobot 0.6 added feature kinds to v3.0 datasets that robo_resume
-does not return as lerobot does, and it refuses them in :func:`check_features` (called by
+``string`` columns, RGB ``video`` features, depth maps stored as video, 8-bit ``image``
+features (PNG or JPEG in the data parquet, see :mod:`robo_resume.format.images`), lerobot 0.6's
+language columns ``language_persistent`` and ``language_events`` (lists of message dicts per
+frame, see :mod:`robo_resume.format.language`) and the task, and returns them exactly as
+lerobot's ``LeRobotDataset`` does. A depth map is a feature whose ``info`` says ``is_depth_map``
+(lerobot <= 0.4 wrote ``video.is_depth_map``, in ``info`` or ``video_info``; lerobot 0.6 reads
+all three, and so does :func:`is_depth_map`); as a ``video`` feature (12-bit HEVC ``gray12le``,
+what lerobot 0.6 records) it is read as lerobot returns it, ``(1, H, W)`` float32 millimetres
+(:mod:`robo_resume.format.depth`). lerobot 0.6 stores and returns some features differently,
+and robo_resume refuses them in :func:`check_features` (called by
 :func:`~robo_resume.format.metadata.load_metadata`) instead of returning something else:
 
-- Depth maps: a feature whose ``info`` says ``is_depth_map`` (lerobot <= 0.4 wrote
-  ``video.is_depth_map``, in ``info`` or ``video_info``; lerobot 0.6 reads all three, and so does
-  :func:`is_depth_map`). lerobot 0.6 stores them as 12-bit log-quantised HEVC ``gray12le``
-  video and returns ``(1, H, W)`` float32 millimetres (``depth_output_unit``) after
-  dequantising with the ``video.depth_min``/``depth_max``/``shift``/``use_log`` of the
-  feature's info; robo_resume's decoders produce RGB frames only.
+- Depth maps stored as ``image`` features (16-bit frames in the data parquet): robo_resume's
+  image decoding reads 8-bit images only.
 - dtype ``language`` on a column other than the two language columns: lerobot 0.6 knows
   language columns by their name and fails on any other (``datasets.Value("language")``).
 
@@ -57,7 +57,7 @@ def unsupported_features(features: Mapping[str, Mapping[str, Any]]) -> dict[str,
             continue  # malformed entries are reported where they are used
         if ft.get("dtype") == "language" and key not in LANGUAGE_COLUMNS:
             out[key] = "language column"  # the two LANGUAGE_COLUMNS are read
-        elif is_depth_map(ft):
+        elif is_depth_map(ft) and ft.get("dtype") != "video":  # depth video is read
             out[key] = "depth map"
     return out
 
