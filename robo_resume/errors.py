@@ -107,7 +107,7 @@ class UnsupportedVersionError(DatasetFormatError):
 
 
 class UnsupportedFeatureError(DatasetFormatError):
-    """The dataset declares a feature kind robo_resume does not read (depth maps, language)."""
+    """The dataset declares a feature kind robo_resume does not read (see format/features.py)."""
 
 
 class MetadataMismatchError(DatasetFormatError):

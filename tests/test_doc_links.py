@@ -18,14 +18,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
-FROM_OTHER_BRANCH = {
-    "docs/design-decisions.md",
-    "benchmarks/README.md",
-    "docs/depth.md",
-    "docs/language.md",
-}
-"""Written on other branches (the benchmarks triage; depth maps and language columns): a link to
-one is accepted while the file is absent (its anchors are checked once it exists)."""
+FROM_OTHER_BRANCH = {"docs/design-decisions.md", "benchmarks/README.md"}
+"""Written by the benchmarks triage on its own branch: a link to one is accepted while the file is
+absent (its anchors are checked once it exists)."""
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")

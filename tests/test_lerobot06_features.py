@@ -3,9 +3,12 @@
 - Encoder settings in a video feature's info (video.g, video.crf, ..., is_depth_map: false) and
   info.json keys robo_resume does not know: accepted (items equal to lerobot's, see also
   test_conformance.py, whose lerobot-written dataset carries the encoder settings).
-- Depth maps (is_depth_map) and language columns (language_persistent, language_events):
-  refused at load time with UnsupportedFeatureError; the fix the message gives (lerobot's
-  remove_feature) yields a dataset robo_resume reads exactly as lerobot does.
+- Depth maps stored as video (is_depth_map, HEVC gray12le): read as lerobot reads them
+  (tests/test_depth.py compares them item for item).
+- Depth maps stored as images, and dtype language under a name other than language_persistent
+  and language_events: refused at load time with UnsupportedFeatureError; the fix the message
+  gives (lerobot's remove_feature) yields a dataset robo_resume reads exactly as lerobot does.
+  The two language columns are read (tests/test_language.py).
 
 The datasets are written by lerobot 0.6.1's own writer.
 """
@@ -32,10 +35,12 @@ from robo_resume.format.features import is_depth_map, unsupported_features
 H, W = 48, 64
 
 
-def write_with_lerobot(root, features, frame_of, lengths=(6, 5)):
+def write_with_lerobot(root, features, frame_of, lengths=(6, 5), use_videos=True):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    ds = LeRobotDataset.create("local/lerobot06", fps=10, features=features, root=root)
+    ds = LeRobotDataset.create(
+        "local/lerobot06", fps=10, features=features, root=root, use_videos=use_videos
+    )
     rng = np.random.default_rng(0)
     for ep, n in enumerate(lengths):
         for f in range(n):
@@ -108,16 +113,48 @@ def language_dataset(tmp_path_factory):
     return write_with_lerobot(tmp_path_factory.mktemp("language") / "ds", features, frame)
 
 
-def test_depth_maps_are_refused_at_load_time(depth_dataset):
+@pytest.fixture(scope="module")
+def depth_image_dataset(tmp_path_factory):
+    """A depth camera stored as images (16-bit frames in the data parquet), as lerobot's writer
+    stores one without videos."""
+    features = {
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+        "observation.images.depth": {
+            "dtype": "image",
+            "shape": (8, 12, 1),
+            "names": ["height", "width", "channels"],
+            "info": {"is_depth_map": True},
+        },
+    }
+
+    def frame(rng, ep, f):
+        return {
+            "action": rng.normal(size=2).astype(np.float32),
+            "observation.images.depth": rng.integers(200, 3000, (8, 12, 1), dtype=np.uint16),
+        }
+
+    return write_with_lerobot(
+        tmp_path_factory.mktemp("depth_image") / "ds", features, frame, use_videos=False
+    )
+
+
+def test_depth_video_is_read(depth_dataset):
+    """A depth map stored as video opens and reads (conformance: tests/test_depth.py)."""
+    item = LeRobotReader(depth_dataset)[0]
+    assert item["observation.images.depth"].dtype == torch.float32
+    assert item["observation.images.depth"].shape == (1, H, W)
+
+
+def test_depth_images_are_refused_at_load_time(depth_image_dataset):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    theirs = LeRobotDataset("local/depth", root=depth_dataset, video_backend="pyav")
+    theirs = LeRobotDataset("local/depth", root=depth_image_dataset)
     assert theirs.meta.depth_keys == ["observation.images.depth"]  # a real 0.6 depth dataset
-    assert theirs[0]["observation.images.depth"].shape == (1, H, W)
+    assert theirs[0]["observation.images.depth"].shape == (1, 8, 12)
     message = (
         r"The dataset has depth maps, which robo_resume does not read: "
         r"'observation\.images\.depth'\. Expected numeric columns, RGB video features and the "
-        r"task.*Found 'observation\.images\.depth' \(dtype 'video', hevc gray12le, "
+        r"task.*Found 'observation\.images\.depth' \(dtype 'image', "
         r"is_depth_map in its info\)\. At file .*meta/info\.json\. Fix: read these features "
         r"with lerobot's LeRobotDataset \(depth maps come back as \(1, H, W\) float32 in "
         r"depth_output_unit\), or stream a copy without them with robo_resume: "
@@ -131,24 +168,32 @@ def test_depth_maps_are_refused_at_load_time(depth_dataset):
         lambda root: ChunkedEpisodeDataset(root, batch_size=4),
     ):
         with pytest.raises(UnsupportedFeatureError, match=message):
-            load(depth_dataset)
+            load(depth_image_dataset)
     assert issubclass(UnsupportedFeatureError, DatasetFormatError)
 
 
-def test_language_columns_are_refused_at_load_time(language_dataset):
+def test_language_dtype_under_another_name_is_refused(language_dataset, tmp_path):
+    """lerobot 0.6 knows language columns by name: the two it declares are read (see
+    test_language.py); dtype language on another column fails in lerobot and is refused."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     assert LeRobotDataset("local/lang", root=language_dataset).meta.has_language_columns
+    assert unsupported_features(load_metadata(language_dataset).features) == {}
+    copy = tmp_path / "ds"
+    shutil.copytree(language_dataset, copy)
+    info = json.loads((copy / "meta" / "info.json").read_text())
+    info["features"]["notes"] = {"dtype": "language", "shape": [1], "names": None}
+    (copy / "meta" / "info.json").write_text(json.dumps(info, indent=4))
     with pytest.raises(
         UnsupportedFeatureError,
-        match=r"The dataset has language columns, which robo_resume does not read: "
-        r"'language_persistent', 'language_events'\..*Found 'language_persistent' \(dtype "
-        r"'language', lerobot 0\.6 language annotations\); 'language_events' .*"
-        r"Fix: read these features with lerobot's LeRobotDataset \(language columns come back "
-        r"as lists of messages, batched by lerobot_collate_fn\), or stream a copy without them "
-        r".*--operation\.feature_names \"\['language_persistent', 'language_events'\]\"",
+        match=r"The dataset has language columns, which robo_resume does not read: 'notes'\. "
+        r".*Found 'notes' \(dtype 'language' under a name other than language_persistent and "
+        r"language_events\)\..*Fix: rename a language column to language_persistent or "
+        r"language_events \(the only names lerobot 0\.6 reads as language; it fails on "
+        r"others too\), or stream a copy without them "
+        r".*--operation\.feature_names \"\['notes'\]\"",
     ):
-        LeRobotReader(language_dataset)
+        LeRobotReader(copy)
 
 
 def test_the_fix_in_the_message_works(depth_dataset, language_dataset, tmp_path):
@@ -173,7 +218,10 @@ def test_depth_flags_lerobot_reads():
     assert is_depth_map({**rgb, "info": {"video.is_depth_map": True}})
     assert is_depth_map({**rgb, "video_info": {"video.is_depth_map": True}})
     depth_image = {"dtype": "image", "shape": [H, W, 1], "info": {"is_depth_map": True}}
-    assert unsupported_features({"a": rgb, "d": depth_image}) == {"d": "depth map"}
+    depth_video = {**rgb, "info": {"is_depth_map": True}}  # read (tests/test_depth.py)
+    assert unsupported_features({"a": rgb, "d": depth_image, "v": depth_video}) == {
+        "d": "depth map"
+    }
 
 
 def test_encoder_settings_and_unknown_keys_are_accepted(lerobot_written, tmp_path):

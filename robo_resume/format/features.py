@@ -1,21 +1,22 @@
 """Which features robo_resume reads, and the lerobot 0.6 features it refuses when loading.
 
 robo_resume reads numeric columns (float, int, bool and fixed-size lists of them), declared
-``string`` columns, RGB ``video`` features, 8-bit ``image`` features (PNG or JPEG in the data
-parquet, see :mod:`robo_resume.format.images`) and the task, and returns them exactly as
-lerobot's ``LeRobotDataset`` does. lerobot 0.6 added two feature kinds to v3.0 datasets that it
-returns differently, and robo_resume refuses them in :func:`check_features` (called by
+``string`` columns, RGB ``video`` features, depth maps stored as video, 8-bit ``image``
+features (PNG or JPEG in the data parquet, see :mod:`robo_resume.format.images`), lerobot 0.6's
+language columns ``language_persistent`` and ``language_events`` (lists of message dicts per
+frame, see :mod:`robo_resume.format.language`) and the task, and returns them exactly as
+lerobot's ``LeRobotDataset`` does. A depth map is a feature whose ``info`` says ``is_depth_map``
+(lerobot <= 0.4 wrote ``video.is_depth_map``, in ``info`` or ``video_info``; lerobot 0.6 reads
+all three, and so does :func:`is_depth_map`); as a ``video`` feature (12-bit HEVC ``gray12le``,
+what lerobot 0.6 records) it is read as lerobot returns it, ``(1, H, W)`` float32 millimetres
+(:mod:`robo_resume.format.depth`). lerobot 0.6 stores and returns some features differently,
+and robo_resume refuses them in :func:`check_features` (called by
 :func:`~robo_resume.format.metadata.load_metadata`) instead of returning something else:
 
-- Depth maps: a feature whose ``info`` says ``is_depth_map`` (lerobot <= 0.4 wrote
-  ``video.is_depth_map``, in ``info`` or ``video_info``; lerobot 0.6 reads all three, and so does
-  :func:`is_depth_map`). lerobot 0.6 stores them as 12-bit log-quantised HEVC ``gray12le``
-  video and returns ``(1, H, W)`` float32 millimetres (``depth_output_unit``) after
-  dequantising with the ``video.depth_min``/``depth_max``/``shift``/``use_log`` of the
-  feature's info; robo_resume's decoders produce RGB frames only.
-- Language columns: ``language_persistent`` and ``language_events`` (dtype ``language``), lists
-  of message structs per frame that lerobot returns as Python objects and batches with
-  ``lerobot_collate_fn``; robo_resume's batches are tensors built column by column.
+- Depth maps stored as ``image`` features (16-bit frames in the data parquet): robo_resume's
+  image decoding reads 8-bit images only.
+- dtype ``language`` on a column other than the two language columns: lerobot 0.6 knows
+  language columns by their name and fails on any other (``datasets.Value("language")``).
 
 Everything else in info.json is accepted, in particular the encoder settings lerobot 0.6 records
 in a video feature's ``info`` (``video.g``, ``video.crf``, ``video.preset``, ...,
@@ -30,11 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnsupportedFeatureError, describe
+from .language import LANGUAGE_COLUMNS
 
 __all__ = ["LANGUAGE_COLUMNS", "check_features", "is_depth_map", "unsupported_features"]
-
-LANGUAGE_COLUMNS = ("language_persistent", "language_events")
-"""lerobot 0.6's language annotation columns (``lerobot.datasets.language``)."""
 
 
 def is_depth_map(feature: Mapping[str, Any]) -> bool:
@@ -56,16 +55,19 @@ def unsupported_features(features: Mapping[str, Mapping[str, Any]]) -> dict[str,
     for key, ft in features.items():
         if not isinstance(ft, Mapping):
             continue  # malformed entries are reported where they are used
-        if ft.get("dtype") == "language" or key in LANGUAGE_COLUMNS:
-            out[key] = "language column"
-        elif is_depth_map(ft):
+        if ft.get("dtype") == "language" and key not in LANGUAGE_COLUMNS:
+            out[key] = "language column"  # the two LANGUAGE_COLUMNS are read
+        elif is_depth_map(ft) and ft.get("dtype") != "video":  # depth video is read
             out[key] = "depth map"
     return out
 
 
 def _describe_found(key: str, kind: str, feature: Mapping[str, Any]) -> str:
     if kind == "language column":
-        return f"'{key}' (dtype {feature.get('dtype')!r}, lerobot 0.6 language annotations)"
+        return (
+            f"'{key}' (dtype {feature.get('dtype')!r} under a name other than "
+            f"{' and '.join(LANGUAGE_COLUMNS)})"
+        )
     info = feature.get("info") or {}
     codec, pix_fmt = info.get("video.codec"), info.get("video.pix_fmt")
     stored = f", {codec} {pix_fmt}" if codec and pix_fmt else ""
@@ -73,8 +75,9 @@ def _describe_found(key: str, kind: str, feature: Mapping[str, Any]) -> str:
 
 
 def check_features(features: Mapping[str, Mapping[str, Any]], info_path: Path) -> None:
-    """Raise :class:`UnsupportedFeatureError` if ``features`` holds a depth map or language
-    column (see the module docstring); the message names every such feature and the fix."""
+    """Raise :class:`UnsupportedFeatureError` if ``features`` holds a depth map, or dtype
+    ``language`` under another name than the two language columns (see the module docstring);
+    the message names every such feature and the fix."""
     refused = unsupported_features(features)
     if not refused:
         return
@@ -84,9 +87,15 @@ def check_features(features: Mapping[str, Mapping[str, Any]], info_path: Path) -
     names = "[" + ", ".join(f"'{k}'" for k in keys) + "]"
     how = []
     if "depth map" in kinds:
-        how.append("depth maps come back as (1, H, W) float32 in depth_output_unit")
+        how.append(
+            "read these features with lerobot's LeRobotDataset (depth maps come back as "
+            "(1, H, W) float32 in depth_output_unit)"
+        )
     if "language column" in kinds:
-        how.append("language columns come back as lists of messages, batched by lerobot_collate_fn")
+        how.append(
+            "rename a language column to language_persistent or language_events (the only "
+            "names lerobot 0.6 reads as language; it fails on others too)"
+        )
     raise UnsupportedFeatureError(
         describe(
             f"The dataset has {' and '.join(k + 's' for k in kinds)}, which robo_resume does "
@@ -95,9 +104,8 @@ def check_features(features: Mapping[str, Mapping[str, Any]], info_path: Path) -
             "those exactly as lerobot's LeRobotDataset does)",
             found="; ".join(_describe_found(k, refused[k], features[k]) for k in keys),
             file=info_path,
-            fix="read these features with lerobot's LeRobotDataset ("
-            + "; ".join(how)
-            + "), or stream a copy without them with robo_resume: lerobot-edit-dataset "
+            fix="; ".join(how) + ", or stream a copy without them with robo_resume: "
+            "lerobot-edit-dataset "
             f"--repo_id local/copy --root {root} --new_root NEW_ROOT "
             f'--operation.type remove_feature --operation.feature_names "{names}"',
         )

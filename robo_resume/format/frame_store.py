@@ -64,9 +64,14 @@ class FrameStore:
     not known to equal ``rgb24`` (see :func:`~robo_resume.format.rgb.planar_rgb`), are kept as
     the decoded frames (correct, only without the memory reuse). Thread-safe (one camera's
     frames may be put from a decoding thread while another camera's are converted).
+
+    ``depth``: the camera is a depth map (:mod:`robo_resume.format.depth`), read from its
+    ``gray12le`` plane, not converted to RGB: frames of that format are stored, others kept
+    as decoded.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, depth: bool = False) -> None:
+        self.depth = depth
         self._lock = threading.Lock()
         self._layout: tuple[str, int, int, tuple[tuple[int, int, int], ...]] | None = None
         self._slot_bytes = 0
@@ -82,9 +87,12 @@ class FrameStore:
         """Take ``frame``'s layout as the store's (the first frame); False if it cannot be
         stored (its conversion is not the one the batch path checked)."""
         key = (frame.format.name, frame.width, frame.height)
-        if PLANAR_OK.get(key) is None:  # the first frame of this kind in the process: check
+        if self.depth:  # its codes are read from the plane (depth.codes), never converted
+            if key[0] != "gray12le":
+                return False
+        elif PLANAR_OK.get(key) is None:  # the first frame of this kind in the process: check
             planar_rgb(frame, np.empty((3, frame.height, frame.width), np.uint8))
-        if not PLANAR_OK.get(key) or gbrp_writer(*key) is None:
+        if not self.depth and (not PLANAR_OK.get(key) or gbrp_writer(*key) is None):
             return False  # converted through PyAV: keep the decoded frames
         planes, at = [], 0
         for p in frame.planes:

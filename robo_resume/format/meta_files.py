@@ -263,7 +263,7 @@ def load_info(root: Path) -> dict[str, Any]:
                 fix="restore meta/info.json from the published dataset",
             )
         )
-    check_features(info["features"], info_path)  # depth maps, language columns
+    check_features(info["features"], info_path)  # depth maps, misnamed language columns
     check_feature_specs(info["features"], info_path)  # dtypes and shapes
     return info
 

@@ -22,6 +22,7 @@ from ..errors import (
     describe,
 )
 from .episode_table import EpisodeInfo, Episodes, EpisodeTable, VideoRef
+from .language import is_language_column
 
 __all__ = ["REQUIRED_COLUMNS", "SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo", "VideoRef"]
 
@@ -266,6 +267,14 @@ class DatasetMeta:
     def string_keys(self) -> tuple[str, ...]:
         """``dtype: string`` features (a Python ``str`` per item), in info.json order."""
         return tuple(k for k, v in self.features.items() if v.get("dtype") == "string")
+
+    @property
+    def language_keys(self) -> tuple[str, ...]:
+        """The language columns (lerobot 0.6's ``language_persistent``, ``language_events``).
+
+        A list of message dicts, or None, per item; in info.json order.
+        """
+        return tuple(k for k in self.features if is_language_column(k))
 
     def frame_size(self, camera: str) -> tuple[int, int] | None:
         """The size of a camera's frames according to info.json.

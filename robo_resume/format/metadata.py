@@ -8,7 +8,7 @@ metadata files are read (``meta/``); data and video files are opened later by th
 check them (:meth:`DatasetMeta.check_video_stream` compares an opened video with info.json).
 
 Load-time checks (cheap, no data or video file opened): supported version, required files and
-keys, valid JSON/parquet, fps and features (no depth maps or language columns, see
+keys, valid JSON/parquet, fps and features (no depth maps or misnamed language columns, see
 :mod:`~robo_resume.format.features`), paths inside the root, at least one episode, no
 empty or duplicated episodes, and (v3.0) ``dataset_to_index - dataset_from_index == length``.
 """

@@ -13,7 +13,9 @@ Checks (cheap: once per file, or vectorised over the rows read):
   a declared ``string`` feature is a string column (returned as an object array of ``str``),
   a declared ``image`` feature a ``{bytes, path}`` struct column with the encoded image in
   ``bytes`` (returned as an object array of ``bytes``; an image stored only as a ``path``,
-  outside the parquet, is refused);
+  outside the parquet, is refused); the language columns (``language_persistent``,
+  ``language_events``) are lists of message structs, returned as object arrays of what
+  ``LeRobotDataset`` items hold (:mod:`robo_resume.format.language`; null rows are ``None``);
 - ``timestamp`` strictly increases inside each episode of the rows read; with ``fps``, it also
   equals ``frame_index / fps`` within ``tolerance_s``, since video frames are looked up at that
   time (a shifted timestamp would return a neighbouring frame, silently).
@@ -29,6 +31,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import CorruptFileError, MetadataMismatchError, MissingFileError, describe
+from .language import is_language_column, is_language_type, language_column
 from .parquet_columns import column_to_numpy
 from .row_groups import RowGroupCache
 
@@ -89,7 +92,7 @@ class ParquetTable:
         tolerance_s: see ``fps`` (lerobot's default 1e-4 s).
         features: info.json's features; when given, column kinds must match their dtypes.
         cache: where decoded row groups are kept for later reads (:class:`RowGroupCache`);
-            string and image columns, and groups with nulls, are always read anew.
+            string, image and language columns, and groups with nulls, are always read anew.
 
     Not thread-safe; cheap to construct (the footer is read on first use). Picklable before
     first use, so it can be created in the main process and used in DataLoader workers. See the
@@ -249,6 +252,11 @@ class ParquetTable:
                 column = column.combine_chunks()
                 if column.null_count == 0:  # the encoded files (null: an image only named)
                     column = pc.struct_field(column, "bytes")
+            if self._declared(c) == "language":  # lists of messages; null: not annotated
+                out[c] = language_column(
+                    column, name=c, file=self.path, first_row=start, episode=episode
+                )
+                continue
             if column.null_count:
                 self._refuse_nulls(c, column, episode, start)
             out[c] = column_to_numpy(
@@ -270,10 +278,10 @@ class ParquetTable:
         columns: Sequence[str],
     ) -> dict[str, np.ndarray] | None:
         """Rows ``[start, stop)`` of ``columns`` from decoded row groups, the missing ones read
-        (together) and kept in :attr:`cache`; None where that cannot be done (string or image
-        columns; nulls or anything :func:`column_to_numpy` refuses in a group read: the plain
-        path then reads the rows asked for and raises what it raises for them)."""
-        if any(self._declared(c) in ("string", "image") for c in columns):
+        (together) and kept in :attr:`cache`; None where that cannot be done (string, image or
+        language columns; nulls or anything :func:`column_to_numpy` refuses in a group read:
+        the plain path then reads the rows asked for and raises what it raises for them)."""
+        if any(self._declared(c) in ("string", "image", "language") for c in columns):
             return None
         cols = tuple(columns)
         keys = [(str(self.path), g, cols) for g in groups]
@@ -312,7 +320,10 @@ class ParquetTable:
         return nxt - self._rg_starts[g]
 
     def _declared(self, c: str) -> str:
-        """The dtype info.json declares for column ``c`` ("" if none)."""
+        """The dtype info.json declares for column ``c`` ("" if none; "language" for the
+        language columns, which lerobot knows by their name)."""
+        if is_language_column(c) and self.features and c in self.features:
+            return "language"
         return str(((self.features or {}).get(c) or {}).get("dtype", ""))
 
     def _refuse_nulls(self, c: str, column, episode: int | None, start: int) -> None:
@@ -377,6 +388,22 @@ class ParquetTable:
             kind = _arrow_kind(t)
             feature = (self.features or {}).get(c) or {}
             declared = _declared_kind(feature.get("dtype"))
+            if self._declared(c) == "language":
+                if not is_language_type(t):
+                    raise CorruptFileError(
+                        describe(
+                            f"A data file's language column '{c}' has the wrong type",
+                            expected="a list of message structs per row "
+                            "(lerobot.datasets.language)",
+                            found=f"arrow type {t}",
+                            file=self.path,
+                            episode=episode,
+                            fix="write the column with lerobot-annotate, or remove it with "
+                            "lerobot-edit-dataset --operation.type remove_feature",
+                        )
+                    )
+                self._typed.add(c)
+                continue
             special = str(feature.get("dtype")) in ("string", "image")
             if special and _is_declared_kind(t, feature):
                 self._typed.add(c)

@@ -11,7 +11,8 @@ The container is trusted, not ``info.json``: codec, size and frame times come fr
 
 :class:`VideoReader` holds one decoder's state: the open container, where the decoder stands,
 the frames it just decoded and those it decoded ahead. The conversion of decoded frames to
-planar RGB is :mod:`robo_resume.format.rgb`.
+planar RGB is :mod:`robo_resume.format.rgb`; a depth camera's reader (``depth`` set) gives
+float32 millimetres instead (:mod:`robo_resume.format.depth`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ if TYPE_CHECKING:  # av is imported where a file is opened (importing robo_resum
     from av.container import InputContainer
     from av.video.frame import VideoFrame
     from av.video.stream import VideoStream
+
+    from .depth import DepthCodec  # (it imports torch: only the items layer loads it)
 
 __all__ = [
     "VideoReader",
@@ -124,6 +127,8 @@ class VideoReader:
         seek_threshold_s: when the next wanted frame is further ahead than this, seek instead of
             decoding through the gap.
         episode: only used in error messages.
+        depth: the camera's :class:`~robo_resume.format.depth.DepthCodec` when it is a depth
+            map: :meth:`frames_at` then gives float32 millimetres, one channel.
 
     Not thread-safe. Picklable while closed; :meth:`close` releases the container.
     """
@@ -136,8 +141,10 @@ class VideoReader:
         cache_frames: int = 8,
         seek_threshold_s: float = 2.0,
         episode: int | None = None,
+        depth: DepthCodec | None = None,
     ) -> None:
         self.path = Path(path)
+        self.depth = depth
         self.threads = threads
         self.cache_frames = max(int(cache_frames), 0)
         self.seek_threshold_s = seek_threshold_s
@@ -461,6 +468,9 @@ class VideoReader:
     ) -> np.ndarray:
         """Return RGB uint8 frames ``(n, H, W, 3)`` shown at ``timestamps`` (seconds, in the file).
 
+        A depth camera's reader (:attr:`depth` set) gives float32 millimetres ``(n, H, W, 1)``
+        (``(n, 1, H, W)`` with ``channels_first``) instead, as lerobot returns depth maps.
+
         With ``channels_first`` the frames are ``(n, 3, H, W)`` with the same values, converted
         by FFmpeg straight to planar RGB (see :func:`planar_rgb`), which saves the slow
         interleaved-to-planar copy torch needs for lerobot's ``(C, H, W)`` layout.
@@ -477,8 +487,10 @@ class VideoReader:
         """
         ts = np.asarray(timestamps, dtype=np.float64)
         n = len(ts)
+        depth = self.depth
+        channels, dtype = (1, np.float32) if depth is not None else (3, np.uint8)
         if n == 0:
-            return out if out is not None else np.zeros((0, 0, 0, 3), dtype=np.uint8)
+            return out if out is not None else np.zeros((0, 0, 0, channels), dtype=dtype)
         want = ts.tolist()
         # a few timestamps per call on the stream's path: a loop over the list beats np.diff
         if n > 1 and any(b < a for a, b in itertools.pairwise(want)):
@@ -504,7 +516,7 @@ class VideoReader:
                 if j < len(keys) and abs(keys[j] - t) < tolerance_s:
                     image = self._cache[keys[j]]
                     if out is None:
-                        out = np.empty((n, *image.shape), dtype=np.uint8)
+                        out = np.empty((n, *image.shape), dtype=image.dtype)
                     out[i if at is None else at[i]] = image
                     filled[i] = True
             pending = [i for i in range(n) if not filled[i]]
@@ -514,7 +526,7 @@ class VideoReader:
             assert out is not None  # n > 0 frames, all from the cache
             return out
 
-        addr0, step = row_addresses(out) if channels_first else (None, 0)
+        addr0, step = row_addresses(out) if channels_first and depth is None else (None, 0)
         writer: Any = None  # a gbrp_writer for the stream's frames once known good (else falsy)
         recent: deque = deque(maxlen=self.cache_frames)  # (time, image) of the newest frames
         for k, end, frame, t in self._walk(
@@ -526,16 +538,23 @@ class VideoReader:
             on_the_way=bool(recent.maxlen),
         ):
             if k < 0:  # decoded on the way to a wanted frame: kept for look-backs
+                if depth is not None:
+                    image = depth.frames([frame])[0]
+                    recent.append((t, image if channels_first else image.transpose(1, 2, 0)))
+                    continue
                 image = frame.to_ndarray(format="rgb24")
                 recent.append((t, image.transpose(2, 0, 1) if channels_first else image))
                 continue
             if out is None:
                 h, w = frame.height, frame.width
-                out = np.empty((n, 3, h, w) if channels_first else (n, h, w, 3), np.uint8)
-                addr0, step = row_addresses(out) if channels_first else (None, 0)
+                shape = (n, channels, h, w) if channels_first else (n, h, w, channels)
+                out = np.empty(shape, dtype)
+                addr0, step = row_addresses(out) if channels_first and depth is None else (None, 0)
             row = pending[k] if at is None else at[pending[k]]
             image = out[row]
-            if channels_first:
+            if depth is not None:
+                depth.write(frame, image[0] if channels_first else image[..., 0])
+            elif channels_first:
                 address = None if addr0 is None else addr0 + row * step
                 if writer is None and address is not None:
                     writer = planar_writer(frame) or False

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import BROKEN_DATA_ERRORS, MetadataMismatchError, describe
+from ..format.depth import DepthCodec, depth_codecs
 from ..format.frame_store import FrameStore
 from ..format.metadata import DatasetMeta, EpisodeInfo
 from ..format.row_groups import RowGroupCache
@@ -55,8 +56,12 @@ class ItemBuilder(DecodingThreads):
         self.delta = delta_indices(self.options.delta_timestamps, meta, self.options.tolerance_s)
         self.columns = meta.data_columns()
         self._cameras = frozenset(meta.visual_keys)  # converted and transformed as images
+        # depth video cameras: float32 millimetres from decoding on, never converted or
+        # transformed (lerobot leaves them out of image_transforms and return_uint8)
+        self.depth: dict[str, DepthCodec] = depth_codecs(meta)
         self.image_keys = frozenset(meta.image_keys)  # decoded from parquet bytes in raw()
         self._strings = frozenset(meta.string_keys)
+        self._language = frozenset(meta.language_keys)  # object arrays of message lists
         self._tables: dict[str, ParquetTable] = {}
         self._row_groups = RowGroupCache()  # decoded parquet rows the next chunks read again
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
@@ -121,7 +126,7 @@ class ItemBuilder(DecodingThreads):
         the reused memory the shuffle order holds decoded frames in (made on first use)."""
         store = self._stores.get(camera)
         if store is None:
-            store = self._stores[camera] = FrameStore()
+            store = self._stores[camera] = FrameStore(depth=camera in self.depth)
         return store
 
     def rows_verified(self, ep: EpisodeInfo) -> bool:
@@ -176,8 +181,13 @@ class ItemBuilder(DecodingThreads):
             self._checked.add(ep.data_path)
         return t
 
-    def video(self, path: Path, *, episode: int, cache_frames: int) -> VideoReader:
+    def video(
+        self, path: Path, *, episode: int, cache_frames: int, depth: DepthCodec | None = None
+    ) -> VideoReader:
         """A decoder for ``path``: an idle one kept open by :meth:`release` if there is one.
+
+        ``depth``: the camera's codec when it is a depth map (:attr:`depth`), see
+        :class:`~robo_resume.format.video.VideoReader`.
 
         Several episodes of a v3.0 dataset share one mp4; reusing its open decoder saves the
         container open and, when the next range starts after its position, the seek too.
@@ -194,12 +204,14 @@ class ItemBuilder(DecodingThreads):
             if best is not None:
                 reader = self._idle.pop(best[0])
                 reader.episode, reader.cache_frames = episode, cache_frames
+                reader.depth = depth
                 return reader
         return VideoReader(
             inside_root(self.meta.root, path.relative_to(self.meta.root), episode=episode),
             threads=self.decoder_threads,
             cache_frames=cache_frames,
             episode=episode,
+            depth=depth,
         )
 
     def check_video(self, camera: str, reader: VideoReader) -> None:
@@ -360,20 +372,37 @@ class ItemBuilder(DecodingThreads):
         Cameras (video and image features) become ``(..., C, H, W)`` tensors (float32 in
         [0, 1], or uint8 when ``image_dtype`` or the options say so) with ``image_transforms``
         applied item by item, data columns get lerobot's dtypes, ``task`` and string features
-        become lists of ``str``. At most one copy
+        become lists of ``str``, language columns lists of their items' values (message lists
+        or None, never in shared memory). At most one copy
         per camera (the float conversion), written straight into shared memory when ``shared``
         (a DataLoader worker: the batch then crosses to the main process without another copy).
         A camera value that is already a uint8 tensor (decoded into its final buffer, see
         :meth:`camera_buffers`) is used as it is when no conversion is asked for. ``into``:
         float32 tensors of the cameras' batch shapes the conversion writes into (a worker's
-        reusable buffers), used when there is no transform.
+        reusable buffers), used when there is no transform. Depth cameras (:attr:`depth`) are
+        float32 millimetres already, whatever ``image_dtype`` says, and never transformed (as
+        in lerobot): a tensor is used as it is, an array copied once (into ``into``, shared
+        memory or a pooled buffer: it may be a buffer the stream reuses).
         """
         dtype = torch.float32 if (image_dtype or self.options.image_dtype) == "float32" else None
         transform = self.options.image_transforms
         tasks = self.meta.tasks
         out: dict[str, Any] = {}
         for key, v in raw.items():
-            if key in self._cameras:
+            if key in self.depth:
+                if isinstance(v, torch.Tensor):  # decoded into its final buffer already
+                    out[key] = v
+                    continue
+                dst = (into or {}).get(key)
+                if dst is None:
+                    shape = torch.Size(v.shape)
+                    dst = (
+                        empty_like_batch(shape, torch.float32, True)
+                        if shared
+                        else BUFFERS.empty(shape, torch.float32)
+                    )
+                out[key] = dst.copy_(torch.from_numpy(v))
+            elif key in self._cameras:
                 ready = isinstance(v, torch.Tensor)  # decoded into its final buffer already
                 t = (
                     v if isinstance(v, torch.Tensor) else torch.from_numpy(v)
@@ -394,6 +423,8 @@ class ItemBuilder(DecodingThreads):
                 out[key] = [tasks[i] for i in v.tolist()]
             elif key in self._strings:
                 out[key] = [str(x) for x in v.tolist()]
+            elif key in self._language:
+                out[key] = v.tolist()  # each item's own list (see format/language.py)
             elif shared and lerobot_dtype(v) is not None:
                 out[key] = None  # packed below, in this place
             else:
@@ -403,19 +434,26 @@ class ItemBuilder(DecodingThreads):
         return out
 
     def camera_shape(self, camera: str) -> tuple[int, ...] | None:
-        """One item's shape of ``camera``: ``(3, H, W)``, or ``(w, 3, H, W)`` with a delta window
-        of ``w`` > 1 frames; None when info.json does not give the frame size."""
+        """One item's shape of ``camera``: ``(3, H, W)`` (``(1, H, W)`` for a depth map), or
+        ``(w, 3, H, W)`` with a delta window of ``w`` > 1 frames; None when info.json does not
+        give the frame size."""
         size = self.meta.frame_size(camera)
         if size is None:
             return None
         d = (self.delta or {}).get(camera)
         w = 1 if d is None else len(d)
-        return (3, *size) if w == 1 else (w, 3, *size)
+        c = 1 if camera in self.depth else 3
+        return (c, *size) if w == 1 else (w, c, *size)
+
+    def camera_dtype(self, camera: str) -> np.dtype:
+        """What ``camera`` is decoded into: uint8 RGB, or float32 millimetres (a depth map)."""
+        return np.dtype(np.float32 if camera in self.depth else np.uint8)
 
     def camera_buffers(
         self, cameras: Sequence[str], n: int, *, shared: bool
     ) -> dict[str, torch.Tensor]:
-        """Uninitialised uint8 tensors for ``n`` items of each camera to decode into.
+        """Uninitialised tensors for ``n`` items of each camera to decode into (uint8, float32
+        for a depth map: :meth:`camera_dtype`).
 
         All in one shared-memory storage when ``shared`` (a worker's batch, see
         :func:`shared_views`), else from :data:`BUFFERS`. Cameras whose shape is unknown (see
@@ -424,8 +462,11 @@ class ItemBuilder(DecodingThreads):
         shapes = {c: self.camera_shape(c) for c in cameras}
         known = {c: (n, *s) for c, s in shapes.items() if s is not None}
         if shared:
-            return shared_views({c: (s, np.dtype(np.uint8)) for c, s in known.items()})
-        return {c: BUFFERS.empty(s, torch.uint8) for c, s in known.items()}
+            return shared_views({c: (s, self.camera_dtype(c)) for c, s in known.items()})
+        return {
+            c: BUFFERS.empty(s, torch.float32 if c in self.depth else torch.uint8)
+            for c, s in known.items()
+        }
 
     def episode_reader(
         self, episode_index: int, start: int, stop: int, *, cache_frames: int | None = None

@@ -78,15 +78,17 @@ def delta_indices(
                     fix="use the dataset's feature names (e.g. 'actions' instead of 'action')",
                 )
             )
-        if meta.features[key].get("dtype") == "string":
+        kind = "language" if key in meta.language_keys else meta.features[key].get("dtype")
+        if kind in ("string", "language"):
+            what = "its string" if kind == "string" else "its list of messages"
             raise ValueError(
                 describe(
-                    f"delta_timestamps names the string feature '{key}'",
+                    f"delta_timestamps names the {kind} feature '{key}'",
                     expected="numeric, video or image features (windows are stacked tensors)",
-                    found=f"'{key}' of dtype 'string' (lerobot's LeRobotDataset fails on it too, "
+                    found=f"'{key}' of dtype '{kind}' (lerobot's LeRobotDataset fails on it too, "
                     "with a TypeError from torch.stack)",
                     file=meta.root / "meta" / "info.json",
-                    fix=f"leave '{key}' out of delta_timestamps; items still hold its string",
+                    fix=f"leave '{key}' out of delta_timestamps; items still hold {what}",
                 )
             )
         deltas = [float(d) for d in deltas]

@@ -106,7 +106,8 @@ class EpisodeRangeReader:
         """The items of ``frames`` as numpy columns, before :meth:`ItemBuilder.finish`.
 
         Every value has the frames along its first axis, in the key order of an item. Camera
-        frames are RGB uint8 ``(..., 3, H, W)``, image features uint8 ``(..., C, H, W)``
+        frames are RGB uint8 ``(..., 3, H, W)`` (depth maps float32 ``(..., 1, H, W)``
+        millimetres), image features uint8 ``(..., C, H, W)``
         (decoded here); string features are object arrays of ``str``; ``task`` holds task
         indices. Rows of
         several calls can be concatenated and reordered with plain numpy (memory copies) before
@@ -201,10 +202,11 @@ class EpisodeRangeReader:
         decoded, half the bytes of RGB at 4:2:0) that :func:`~robo_resume.format.video.
         planar_rgb` converts to the values :meth:`raw` gives; a camera with a window is a
         :class:`~robo_resume.items.windows.HeldWindows` (its distinct RGB frames and which one
-        each window place shows; ``.array()`` is the camera's column in :meth:`raw`). ``m``
-        stops before anything :meth:`raw` would check or raise on (a decode error, a gap, a
-        frame of another size): read normally later, that frame fails in the same read with
-        the same error as without read-ahead.
+        each window place shows; ``.array()`` is the camera's column in :meth:`raw`); a depth
+        camera without a window is its float32 column as :meth:`raw` gives it (converted now:
+        its frames are not RGB). ``m`` stops before anything :meth:`raw` would check or raise
+        on (a decode error, a gap, a frame of another size): read normally later, that frame
+        fails in the same read with the same error as without read-ahead.
         """
         rows = self._checked(frames)
         if rows.size == 0:
@@ -234,7 +236,14 @@ class EpisodeRangeReader:
             cols = self._columns(rows, query, pads, {})
         except BROKEN_DATA_ERRORS:
             return 0, {}  # nothing ahead: read later, the same read fails the same way
-        out = {c: windowed[c] if c in delta else self.videos[c].take_ahead(m) for c in cams}
+        out: dict[str, Any] = {}
+        for c in cams:
+            if c in delta:
+                out[c] = windowed[c]
+            elif c in b.depth:  # float32 millimetres now (4 bytes a pixel held, not YUV)
+                out[c] = b.depth[c].frames(self.videos[c].take_ahead(m))
+            else:
+                out[c] = self.videos[c].take_ahead(m)
         out.update(cols)  # in an item's key order: cameras first
         return m, out
 
@@ -323,6 +332,7 @@ class EpisodeRangeReader:
                 self.builder.meta.root / self.ep.videos[cam].path,
                 episode=self.ep.episode_index,
                 cache_frames=self._cache_frames,
+                depth=self.builder.depth.get(cam),
             )
             self.builder.check_video(cam, video)
         return video
@@ -336,7 +346,8 @@ class EpisodeRangeReader:
         *,
         hold: bool = False,
     ) -> np.ndarray | HeldWindows:
-        """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``.
+        """Decoded RGB uint8 frames a camera needs: ``(n, 3, H, W)``, or ``(n, w, 3, H, W)``
+        (float32 ``(n, 1, H, W)`` or ``(n, w, 1, H, W)`` millimetres for a depth map).
 
         With ``into = (buffer, rows)`` they are written to ``buffer[rows]`` instead (and
         ``buffer`` is returned). ``hold`` (a camera with a window, for read-ahead): the

@@ -35,6 +35,7 @@ from typing import Any, SupportsIndex
 import torch
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
+from ..format.language import LANGUAGE_COLUMNS
 from .buffers import release_when_dropped
 
 
@@ -180,6 +181,9 @@ def collate_items(batch: Sequence[Any], *, collate_fn_map: dict | None = None) -
     columns, or their rows ``[start, stop)``; lists of ``str`` cut the same way), the values
     ``default_collate`` would stack, without stacking. In a DataLoader worker whose batch is a
     reusable buffer, a :class:`RingBatch`. Anything else: torch's collate of plain dicts.
+    Language columns (each item's list of message dicts, or None) stay a list with one value
+    per item in both cases, as ``lerobot_collate_fn``'s docstring says it keeps them (torch's
+    collate would transpose the lists and fails on their None fields).
     """
     first = batch[0]
     src, start = first._rr_source, first._rr_row
@@ -202,7 +206,7 @@ def collate_items(batch: Sequence[Any], *, collate_fn_map: dict | None = None) -
         logger.info(OTHER_BATCH_NOTE, n, src.size)
     if not fast:
         plain = [dict(d) if type(d) is BlockItem else d for d in batch]
-        return collate(plain, collate_fn_map=collate_fn_map)
+        return _collate_plain(plain, collate_fn_map)
     out: dict[str, Any] = {}
     for key, v in src.batch.items():
         if isinstance(v, torch.Tensor):
@@ -211,11 +215,33 @@ def collate_items(batch: Sequence[Any], *, collate_fn_map: dict | None = None) -
         part = list(v[start : start + n])
         if all(type(x) is str for x in part):
             out[key] = part  # default_collate keeps a list of str as it is
+        elif all(x is None or type(x) is list for x in part):
+            out[key] = part  # language columns: one message list (or None) per item
         else:
             out[key] = collate(part, collate_fn_map=collate_fn_map)
     if src.release is not None:
         return RingBatch(out, src.release)
     return out
+
+
+def _collate_plain(batch: list[Any], collate_fn_map: dict | None) -> Any:
+    """torch's collate of ``batch``, but the language columns every item holds as a list (or
+    None) are a list of the items' values, in their place among the keys."""
+    first = batch[0]
+    if not isinstance(first, dict):
+        return collate(batch, collate_fn_map=collate_fn_map)
+
+    def messages(d: Any, k: str) -> bool:
+        return isinstance(d, dict) and k in d and (d[k] is None or type(d[k]) is list)
+
+    kept = [k for k in LANGUAGE_COLUMNS if all(messages(d, k) for d in batch)]
+    if not kept:
+        return collate(batch, collate_fn_map=collate_fn_map)
+    rest = collate(
+        [{k: v for k, v in d.items() if k not in kept} for d in batch],
+        collate_fn_map=collate_fn_map,
+    )
+    return {k: [d[k] for d in batch] if k in kept else rest[k] for k in first}
 
 
 class RingBatch(dict):

@@ -197,15 +197,21 @@ def plain_ring(
     rings: dict[tuple[str, int], _PlainRing], items: ItemBuilder, size: int, final: bool
 ) -> _PlainRing | None:
     """The worker's :class:`_PlainRing` in ``rings`` for batches of ``size`` (uint8 cameras
-    decoded into it when ``final``, else float32 conversions), made on first use; None with
-    image transforms (their output shape is the transform's)."""
+    decoded into it when ``final``, else float32 conversions; depth maps float32 in both),
+    made on first use; None with image transforms (their output shape is the transform's)."""
     if items.options.image_transforms is not None:
         return None
     dtype = np.dtype(np.uint8 if final else np.float32)
     key = (dtype.str, size)
     if key not in rings:
         shapes = {c: items.camera_shape(c) for c in items.meta.camera_keys}
-        rings[key] = _PlainRing({c: ((size, *s), dtype) for c, s in shapes.items() if s})
+        rings[key] = _PlainRing(
+            {
+                c: ((size, *s), np.dtype(np.float32) if c in items.depth else dtype)
+                for c, s in shapes.items()
+                if s
+            }
+        )
     return rings[key]
 
 

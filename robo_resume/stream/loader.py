@@ -241,7 +241,8 @@ def _length_source(ds: Any) -> Any:
 
 def _to_float(batch: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     for k in keys:
-        batch[k] = to_float(batch[k])  # one pass into a pooled buffer (see BufferPool)
+        if batch[k].dtype == torch.uint8:  # (depth maps come as float32 millimetres already)
+            batch[k] = to_float(batch[k])  # one pass into a pooled buffer (see BufferPool)
     return batch
 
 

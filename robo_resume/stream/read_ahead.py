@@ -128,15 +128,22 @@ def frames_ahead(
     return int(max(1, min(block_frames, per)))
 
 
-def held_bytes(camera_shapes: Iterable[tuple[int, ...] | None]) -> int:
+def held_bytes(
+    camera_shapes: Iterable[tuple[int, ...] | None],
+    depth_shapes: Iterable[tuple[int, ...] | None] = (),
+) -> int:
     """Bytes one frame (all cameras, given their batch shapes) takes while read ahead: a camera
     without a delta window ``(3, H, W)`` is kept as decoded, 8-bit YUV 4:2:0 (1.5 bytes per
     pixel, what LeRobot writes); one with a window ``(w, 3, H, W)`` as RGB, its whole window
     (an upper bound: :class:`~robo_resume.items.windows.HeldWindows` keeps each distinct frame of
-    overlapping windows once). At least 1."""
+    overlapping windows once). Depth cameras (``depth_shapes``) are kept as their float32
+    millimetres, 4 bytes a value. At least 1."""
     total = 0
     for shape in camera_shapes:
         if shape is not None:
             size = int(np.prod(shape))
             total += size if len(shape) == 4 else size // 2
+    for shape in depth_shapes:
+        if shape is not None:
+            total += 4 * int(np.prod(shape))
     return total or 1

@@ -330,4 +330,8 @@ class StreamReader:
 
     def frame_bytes(self) -> int:
         """Bytes one frame (all cameras) takes while read ahead (:func:`held_bytes`)."""
-        return held_bytes(self.items.camera_shape(c) for c in self.meta.camera_keys)
+        shape, depth = self.items.camera_shape, self.items.depth
+        return held_bytes(
+            (shape(c) for c in self.meta.camera_keys if c not in depth),
+            (shape(c) for c in self.meta.camera_keys if c in depth),
+        )

@@ -223,13 +223,15 @@ class WindowRead:
                 for w, delta in enumerate(d.tolist()):
                     picked.append(frame_of(held[min(max(f + delta, 0), last) - lo]))
                     rows.append(p * len(d) + w)
+        depth = self.items.depth.get(cam)  # a depth map: float32 millimetres, one channel
+        channels, dtype = (1, np.float32) if depth is not None else (3, np.uint8)
         if not picked:
-            return None if buf is not None else np.zeros((0, 3, 0, 0), dtype=np.uint8)
+            return None if buf is not None else np.zeros((0, channels, 0, 0), dtype=dtype)
         fresh = buf is None
         if buf is None:
             h, w = picked[0].height, picked[0].width
             width = 1 if d is None else len(d)
-            buf = np.empty((len(kept), *((width,) if width > 1 else ()), 3, h, w), np.uint8)
+            buf = np.empty((len(kept), *((width,) if width > 1 else ()), channels, h, w), dtype)
             base = 0
             remap = {p: r for r, p in enumerate(kept.tolist())}
             rows = (
@@ -239,5 +241,10 @@ class WindowRead:
             )
         flat = buf.reshape(-1, *buf.shape[-3:])  # one row per frame place
         width = 1 if d is None else len(d)
-        planar_rgb_rows(picked, flat, [base * width + r for r in rows])
+        places = [base * width + r for r in rows]
+        if depth is not None:
+            for frame, r in zip(picked, places, strict=True):
+                depth.write(frame, flat[r, 0])
+        else:
+            planar_rgb_rows(picked, flat, places)
         return buf if fresh else None
