@@ -185,11 +185,18 @@ def factory(tmp_path_factory):
 
 
 def write_with_lerobot(
-    root: Path, lengths=(12, 25, 7, 18), *, fps: int = 15, cameras=("top", "wrist"), **create_kw
+    root: Path,
+    lengths=(12, 25, 7, 18),
+    *,
+    fps: int = 15,
+    cameras=("top", "wrist"),
+    camera_dtype: str = "video",
+    **create_kw,
 ) -> Path:
     """Write a v3.0 dataset at ``root`` with lerobot's own writer (create, add_frame,
-    save_episode, finalize): episodes of ``lengths`` frames, 48x64 video ``cameras`` (every
-    frame other random 8x8 blocks; ``wrist`` is ``top`` upside down), tasks pick/place/push.
+    save_episode, finalize): episodes of ``lengths`` frames, 48x64 ``cameras`` (every frame
+    other random 8x8 blocks; ``wrist`` is ``top`` upside down) stored as ``camera_dtype``
+    features ("video": mp4s; "image": PNGs in the data parquet), tasks pick/place/push.
     ``create_kw`` goes to ``LeRobotDataset.create`` (e.g. ``video_files_size_in_mb=1e-6`` and
     ``data_files_size_in_mb=1e-6``: one data file and one mp4 per camera for each episode)."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -200,7 +207,7 @@ def write_with_lerobot(
     }
     for cam in cameras:
         features[f"observation.images.{cam}"] = {
-            "dtype": "video",
+            "dtype": camera_dtype,
             "shape": (48, 64, 3),
             "names": ["height", "width", "channels"],
         }

@@ -1,6 +1,6 @@
 """Which features robo_resume reads, and the lerobot 0.6 features it refuses when loading.
 
-robo_resume reads numeric columns (float, int, bool and fixed-size lists of them), declared
+robo_resume reads numeric columns (float, int, bool, lists of them and 2-D to 5-D arrays), declared
 ``string`` columns, RGB ``video`` features, depth maps stored as video, 8-bit ``image``
 features (PNG or JPEG in the data parquet, see :mod:`robo_resume.format.images`), lerobot 0.6's
 language columns ``language_persistent`` and ``language_events`` (lists of message dicts per

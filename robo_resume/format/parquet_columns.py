@@ -1,5 +1,6 @@
 """A parquet column read for items as numpy (:func:`column_to_numpy`): scalars, fixed and
-variable lists, refused when ragged or holding nulls among their values."""
+variable lists, lists of lists (lerobot's 2-D to 5-D features), refused when ragged or holding
+nulls among their values."""
 
 from __future__ import annotations
 
@@ -16,44 +17,65 @@ __all__ = ["column_to_numpy"]
 def column_to_numpy(
     column, *, name: str, file: Path, first_row: int = 0, episode: int | None = None
 ) -> np.ndarray:
-    """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D.
+    """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D, lists of
+    lists one dimension more per level (``(rows, 2, 3)`` for lerobot's ``Array2D`` feature of
+    shape ``(2, 3)``, stored as a ``datasets`` extension type over lists of lists).
 
     Lists of one length convert in one call to an array of their element type; lists of
     different lengths, or holding nulls among their values, raise :class:`CorruptFileError`
     naming the column, the file, ``episode`` and (from ``first_row``, the file row of the
     column's first row) the row.
     """
+    return _to_numpy(column, name, file, first_row, episode, 1)
+
+
+def _to_numpy(column, name: str, file: Path, first_row: int, episode, per_row: int) -> np.ndarray:
+    """:func:`column_to_numpy` of one list level; ``per_row`` values of this level make one row
+    of the file (1 at the top), so that an error names the file's row."""
     import pyarrow as pa
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    if isinstance(column, pa.ExtensionArray):  # datasets' Array2D..5D: lists of lists
+        column = column.storage
     t = column.type
     if pa.types.is_fixed_size_list(t):
-        values = column.flatten()
-        _refuse_null_values(values, t.list_size, name, file, first_row, episode)
-        return _numpy(values).reshape(len(column), t.list_size)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        if len(column) == 0:
+        width = t.list_size
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        if len(column) == 0 and not _is_list(t.value_type):
             return np.zeros((0, 0), dtype=t.value_type.to_pandas_dtype())
-        offsets = _numpy(column.offsets)
-        widths = np.diff(offsets)
-        if widths.min() != widths.max():
+        widths = np.diff(_numpy(column.offsets))
+        if len(widths) and widths.min() != widths.max():
+            bad = int(np.argmax(widths != widths[0]))
             raise CorruptFileError(
                 describe(
                     f"Column '{name}' holds lists of different lengths",
                     expected="the same length in every row",
                     found=f"lengths {sorted(set(widths.tolist()))}, the first other than "
-                    f"{int(widths[0])} in row {first_row + int(np.argmax(widths != widths[0]))}",
+                    f"{int(widths[0])} in row {first_row + bad // per_row}",
                     file=file,
                     episode=episode,
                     fix="every row of a feature holds the same number of values; download the "
                     "file again or rewrite the column",
                 )
             )
-        values = column.flatten()
-        _refuse_null_values(values, int(widths[0]), name, file, first_row, episode)
-        return _numpy(values).reshape(len(column), int(widths[0]))
-    return _numpy(column)
+        width = int(widths[0]) if len(widths) else 0
+    else:
+        return _numpy(column)
+    values = column.flatten()
+    _refuse_null_values(values, width * per_row, name, file, first_row, episode)
+    if _is_list(values.type):
+        inner = _to_numpy(values, name, file, first_row, episode, width * per_row)
+        return inner.reshape(len(column), width, *inner.shape[1:])
+    return _numpy(values).reshape(len(column), width)
+
+
+def _is_list(t) -> bool:
+    import pyarrow as pa
+
+    if isinstance(t, pa.ExtensionType):
+        t = t.storage_type
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
 def _numpy(array) -> np.ndarray:

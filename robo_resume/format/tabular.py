@@ -6,7 +6,8 @@ row per frame (vectors as 2-D arrays), the shape the item builder stacks into te
 
 Checks (cheap: once per file, or vectorised over the rows read):
 
-- every requested column holds numbers, booleans or lists of them (not strings, structs, ...);
+- every requested column holds numbers, booleans or lists of them, or lists of such lists (not
+  strings, structs, ...);
   with ``features`` (info.json's), their kind also matches the declared dtype (a float column
   where ``int64`` is declared, or the reverse, is refused: items would silently change dtype);
   a declared ``string`` feature is a string column (returned as an object array of ``str``),
@@ -50,10 +51,15 @@ def _declared_kind(dtype: Any) -> str | None:
 
 
 def _arrow_kind(t) -> str | None:
-    """numpy kind of an arrow column type (lists: of their values); None when not numeric."""
+    """numpy kind of an arrow column type (lists, lists of lists and ``datasets``' Array2D..5D
+    extension types over them: of their values); None when not numeric."""
     import pyarrow as pa
 
-    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    while True:
+        if isinstance(t, pa.ExtensionType):
+            t = t.storage_type
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)):
+            break
         t = t.value_type
     if pa.types.is_floating(t):
         return "f"
