@@ -315,7 +315,7 @@ def test_refused_resume_says_what_differs_in_words_and_the_option(factory, caplo
     with pytest.raises(
         ResumeStateError,
         match=r"different 'episodes' \(this dataset vs the state: episodes 0-7 vs 0-9; plan "
-        r"\(chunk_frames 2 in both; it follows from the other differences\); seed 3 vs 0; "
+        r"\(chunk_frames 1 in both; it follows from the other differences\); seed 3 vs 0; "
         r"total_frames 80 vs 101\).*pass resume_strict=False to ChunkedEpisodeDataset",
     ):
         ChunkedEpisodeDataset(root, batch_size=4, seed=3, episodes=range(8), resume_state=state)
