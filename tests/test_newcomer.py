@@ -322,7 +322,7 @@ def test_refused_resume_says_what_differs_in_words_and_the_option(factory, caplo
     with pytest.raises(
         ResumeStateError,
         match=r"\(this dataset vs the state: plan chunk_frames"
-        r" 5 vs chunk_frames 2\)",
+        r" 5 vs chunk_frames 1\)",
     ):
         ChunkedEpisodeDataset(root, batch_size=4, chunk_frames=5, resume_state=state)
     caplog.set_level(logging.WARNING, logger="robo_resume")
