@@ -19,6 +19,7 @@ from ..format.video import VideoReader
 from .windows import HeldWindows, decode_windows_into, window_run
 
 if TYPE_CHECKING:
+    from ..format.depth import DepthCodec
     from ..format.meta_types import EpisodeInfo
     from ..format.metadata import DatasetMeta
     from ..format.tabular import ParquetTable
@@ -51,6 +52,11 @@ class RangeBuilder(Protocol):
     @property
     def delta(self) -> Mapping[str, np.ndarray] | None:
         """``delta_timestamps`` as frame offsets per key, or None without windows."""
+        ...
+
+    @property
+    def depth(self) -> Mapping[str, DepthCodec]:
+        """The depth map cameras, with their codecs (their frames are float32 millimetres)."""
         ...
 
     @property
@@ -95,8 +101,11 @@ class RangeBuilder(Protocol):
         """The ``task_index`` values ``ep``'s metadata lists, or None when none can be checked."""
         ...
 
-    def video(self, path: Path, *, episode: int, cache_frames: int) -> VideoReader:
-        """A decoder for the mp4 at ``path``, the reader's until it hands it to :meth:`release`."""
+    def video(
+        self, path: Path, *, episode: int, cache_frames: int, depth: DepthCodec | None = None
+    ) -> VideoReader:
+        """A decoder for the mp4 at ``path`` (``depth``: a depth camera's codec), the reader's
+        until it hands it to :meth:`release`."""
         ...
 
     def check_video(self, camera: str, reader: VideoReader) -> None:
