@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .dataset import ChunkedEpisodeDataset
 from .index.start import StartPoint
+from .source import DataSource
 from .stream.positions import StreamPositions
 
 __all__ = [
@@ -118,7 +120,7 @@ def _compare(name: str, full: list[int], got: list[int], keep: bool) -> AuditRes
 
 
 def audit(
-    root: Any,
+    root: str | Path | DataSource,
     *,
     num_workers: int,
     batch_size: int,

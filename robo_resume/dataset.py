@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import torch
@@ -281,7 +281,7 @@ class ChunkedEpisodeDataset(IterableDataset):
         self._shared = SharedArrays()  # large arrays for spawn/forkserver workers (__reduce_ex__)
 
     # -- pickling ------------------------------------------------------------------------------
-    def __reduce_ex__(self, protocol: Any) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         """Pickled for a spawn or forkserver worker that is starting, through shared memory.
 
         The metadata columns, the plan and the epoch layout go through shared memory, mapped

@@ -16,21 +16,72 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from .errors import ResumeStateError, describe
+from .index.elastic import Layout, Level
 from .index.schedule import Topology
+from .index.start import StartPoint
 from .keys import CURSOR_KEY, SKIPPED_KEY
 from .state.resume import ResumeState, StreamCursor
-
-if TYPE_CHECKING:
-    from .dataset import ChunkedEpisodeDataset  # which builds its tracker
 
 __all__ = ["CursorTracker", "check_batch_origin"]
 
 logger = logging.getLogger("robo_resume")
+
+
+class TrackedDataset(Protocol):
+    """What a :class:`CursorTracker` needs of the dataset whose batches it records.
+
+    A :class:`~robo_resume.dataset.ChunkedEpisodeDataset`, which builds on this module (so a
+    protocol, not an import). The tracker only reads these members, in the main process; the
+    values must be the ones the dataset's streams use (same topology, batch size and
+    schedule), or the cursors it records do not describe what the streams emitted.
+    """
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (batches of another rank are refused)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks (stream ids and, above 1, the gathering of states)."""
+        ...
+
+    @property
+    def batch_size(self) -> int:
+        """The batch size every batch has (a smaller last one only at an epoch end)."""
+        ...
+
+    @property
+    def infinite(self) -> bool:
+        """True: one endless iteration over consecutive epochs (no epoch end)."""
+        ...
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What a resume state of this dataset must match (copied into the state)."""
+        ...
+
+    @property
+    def resume_state(self) -> ResumeState | None:
+        """The state the dataset resumes from (its skip records are carried over), or None."""
+        ...
+
+    def layout(self, num_workers: int) -> Layout:
+        """What the rank's streams emit per epoch with ``num_workers`` workers."""
+        ...
+
+    def elastic_origin(self, num_workers: int) -> tuple[int | None, tuple[Level, ...]]:
+        """``(remainder epoch label, origin levels)``; ``(None, ())`` without an elastic resume."""
+        ...
+
+    def start_point(self, num_workers: int) -> StartPoint:
+        """Where the rank's streams start: ``(rotation, (epoch, position) per role, batches)``."""
+        ...
 
 
 class CursorTracker:
@@ -46,7 +97,7 @@ class CursorTracker:
             its resume state are carried over.
     """
 
-    def __init__(self, dataset: ChunkedEpisodeDataset) -> None:
+    def __init__(self, dataset: TrackedDataset) -> None:
         self.dataset = dataset
         self.key = CURSOR_KEY
         self.num_workers: int | None = None

@@ -33,11 +33,14 @@ import signal
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import WorkerStartError, describe
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
 
 __all__ = [
     "WORKER_DIED_HINT",
@@ -85,7 +88,7 @@ WORKER_EXITED_HINT = (
 the main process as torch's "Caught ... in DataLoader worker process" error instead)."""
 
 
-def start_method(loader: Any) -> str:
+def start_method(loader: DataLoader) -> str:
     """The start method ``loader``'s workers use: its context's, else this process's default."""
     ctx = getattr(loader, "multiprocessing_context", None)
     if ctx is not None:
@@ -93,7 +96,7 @@ def start_method(loader: Any) -> str:
     return multiprocessing.get_start_method()
 
 
-def check_worker_start(loader: Any) -> None:
+def check_worker_start(loader: DataLoader) -> None:
     """Raise :class:`WorkerStartError` if ``loader``'s workers cannot start; see the module doc.
 
     Call it before the workers start. Nothing is checked under ``fork`` (the worker is a copy
@@ -151,7 +154,7 @@ def check_worker_start(loader: Any) -> None:
                 )
 
 
-def _candidates(loader: Any) -> list[tuple[str, Any]]:
+def _candidates(loader: DataLoader) -> list[tuple[str, Any]]:
     ds = loader.dataset
     inner = getattr(ds, "dataset", None) or getattr(ds, "mix", None) or ds
     parts = getattr(inner, "datasets", None) or [inner]

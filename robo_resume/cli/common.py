@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from ..errors import describe
@@ -26,7 +27,7 @@ ON_ERROR_HELP = (
 )
 
 
-def parse_episodes(text: str | None, root: Any = None) -> list[int] | str | None:
+def parse_episodes(text: str | None, root: str | Path | None = None) -> list[int] | str | None:
     """``--episodes``: None, ``readable``, a slice string, or indices with ranges (``0-9,12``)."""
     if not text:
         return None

@@ -3,8 +3,9 @@ camera, as columns or as items (:func:`unbind`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence, Set
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -18,8 +19,110 @@ from ..format.video import VideoReader
 from .windows import HeldWindows, decode_windows_into, window_run
 
 if TYPE_CHECKING:
+    from ..format.depth import DepthCodec
     from ..format.meta_types import EpisodeInfo
-    from .builder import ItemBuilder  # which makes these readers
+    from ..format.metadata import DatasetMeta
+    from ..format.tabular import ParquetTable
+    from .options import ItemOptions
+
+_T = TypeVar("_T")
+
+
+class RangeBuilder(Protocol):
+    """What :class:`EpisodeRangeReader` and :func:`check_rows` need of their item builder.
+
+    An :class:`~robo_resume.items.builder.ItemBuilder`, which makes these readers (so a
+    protocol, not an import). A reader takes its decoders (:meth:`video`, :meth:`check_video`)
+    before it calls :meth:`map_cameras`; the ``fn`` it passes there only reads the properties,
+    from several decoding threads at once (one camera each), so they must not change while a
+    reader is open. The window members are the builder's ``delta_timestamps`` in frames and
+    agree with :attr:`delta`.
+    """
+
+    @property
+    def meta(self) -> DatasetMeta:
+        """The dataset's metadata (episodes, fps, features, tasks, root)."""
+        ...
+
+    @property
+    def options(self) -> ItemOptions:
+        """The item options (``tolerance_s`` is the one a reader uses)."""
+        ...
+
+    @property
+    def delta(self) -> Mapping[str, np.ndarray] | None:
+        """``delta_timestamps`` as frame offsets per key, or None without windows."""
+        ...
+
+    @property
+    def depth(self) -> Mapping[str, DepthCodec]:
+        """The depth map cameras, with their codecs (their frames are float32 millimetres)."""
+        ...
+
+    @property
+    def columns(self) -> Sequence[str]:
+        """The data parquet columns an item holds, in item order."""
+        ...
+
+    @property
+    def image_keys(self) -> Set[str]:
+        """The ``dtype: image`` features (encoded images in the parquet rows)."""
+        ...
+
+    @property
+    def window_offsets(self) -> Mapping[str, tuple[np.ndarray, int, int]]:
+        """Per windowed key: (its frame offsets as a ``(1, w)`` row, the lowest, the highest)."""
+        ...
+
+    @property
+    def sliding_windows(self) -> Set[str]:
+        """The windowed keys whose offsets are consecutive frames in increasing order."""
+        ...
+
+    @property
+    def window_before(self) -> int:
+        """How many frames before a range its windows reach (0 or more)."""
+        ...
+
+    @property
+    def window_after(self) -> int:
+        """How many frames after a range its windows reach (0 or more)."""
+        ...
+
+    def table(self, ep: EpisodeInfo) -> ParquetTable:
+        """The parquet table holding ``ep``'s rows."""
+        ...
+
+    def rows_verified(self, ep: EpisodeInfo) -> bool:
+        """Whether every row of ``ep`` passed :func:`check_rows` already (then ranges skip it)."""
+        ...
+
+    def episode_task_indices(self, ep: EpisodeInfo) -> np.ndarray | None:
+        """The ``task_index`` values ``ep``'s metadata lists, or None when none can be checked."""
+        ...
+
+    def video(
+        self, path: Path, *, episode: int, cache_frames: int, depth: DepthCodec | None = None
+    ) -> VideoReader:
+        """A decoder for the mp4 at ``path`` (``depth``: a depth camera's codec), the reader's
+        until it hands it to :meth:`release`."""
+        ...
+
+    def check_video(self, camera: str, reader: VideoReader) -> None:
+        """Check a camera's video file against the metadata; raises on a mismatch."""
+        ...
+
+    def release(self, reader: VideoReader) -> None:
+        """Take back a decoder :meth:`video` gave (the reader does not use it again)."""
+        ...
+
+    def map_cameras(self, fn: Callable[[str], _T], cameras: Sequence[str]) -> list[_T]:
+        """``[fn(cam) for cam in cameras]``, in order, possibly on several threads."""
+        ...
+
+    def finish(self, raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Convert :meth:`EpisodeRangeReader.raw` columns to item columns (tensors, strings)."""
+        ...
 
 
 class EpisodeRangeReader:
@@ -32,7 +135,7 @@ class EpisodeRangeReader:
 
     def __init__(
         self,
-        builder: ItemBuilder,
+        builder: RangeBuilder,
         episode_index: int,
         start: int,
         stop: int,
@@ -397,7 +500,11 @@ def unbind(cols: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def check_rows(
-    builder: ItemBuilder, ep: EpisodeInfo, rows: Mapping[str, np.ndarray], lo: int, path: Any
+    builder: RangeBuilder,
+    ep: EpisodeInfo,
+    rows: Mapping[str, np.ndarray],
+    lo: int,
+    path: str | Path,
 ) -> None:
     """Check the parquet ``rows`` of episode ``ep``'s frames ``lo, lo + 1, ...`` (read from
     ``path``) against meta/: task indices the dataset and the episode list, and the

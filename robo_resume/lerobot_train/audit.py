@@ -32,7 +32,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from ..index.schedule import Topology
 from ..state.resume import ResumeState
 from .options import DATA_DIR, DATA_STATE, INDEX_LOG_ENV, OPTIONS
 from .record import ROWS_FILE, RUNS_FILE, RunHeader, StepRecord
+
+if TYPE_CHECKING:
+    from ..dataset import ChunkedEpisodeDataset
 
 __all__ = ["AuditError", "EpochAudit", "RunAudit", "audit_run", "format_audit"]
 
@@ -216,7 +219,7 @@ def _pieces(layout: Layout, stream: int, row: np.ndarray) -> list[tuple[int, int
 class _Spans:
     """Dataset index -> (episode, frame) for naming frames."""
 
-    def __init__(self, ds: Any) -> None:
+    def __init__(self, ds: ChunkedEpisodeDataset) -> None:
         spans = ds.positions.spans
         order = np.argsort(spans.dataset_from_index)
         self.first = np.asarray(spans.dataset_from_index)[order]

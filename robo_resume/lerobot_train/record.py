@@ -29,11 +29,16 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ResumeStateError, describe
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..dataset import ChunkedEpisodeDataset
 
 __all__ = ["COLUMNS", "ROWS_FILE", "RUNS_FILE", "RunHeader", "StepRecord", "episode_ranges"]
 
@@ -96,7 +101,7 @@ class RunHeader:
     @classmethod
     def of_run(
         cls,
-        dataset: Any,
+        dataset: ChunkedEpisodeDataset,
         *,
         first_step: int,
         first_row: int,
@@ -178,7 +183,7 @@ class StepRecord:
         """Start a new run (its ``first_row`` must be the number of rows held)."""
         self.runs.append(header)
 
-    def add(self, step: int, rank: int, cursor: Any) -> None:
+    def add(self, step: int, rank: int, cursor: torch.Tensor) -> None:
         """Record what ``step`` consumed on this rank: ``cursor`` is the batch's cursor tensor
         ``(batch, 5)``."""
         first, last = cursor[0].tolist(), cursor[-1].tolist()

@@ -451,7 +451,7 @@ def refusal(
     ) + ("" if words else f" The data state's own check: {cli_advice(str(exc))}")
 
 
-def check_files_at_start(dataset: Any) -> None:
+def check_files_at_start(dataset: ChunkedEpisodeDataset | MixedDataset) -> None:
     """Before step 1: every file the selected episodes need exists and opens
     (:func:`~robo_resume.files.check_files`, nothing decoded), else a :class:`TrainSetupError`
     naming the files and the flags that train on anyway."""
@@ -554,7 +554,7 @@ def evaluate(policy: Any, loader: Any, preprocessor: Any, cameras: Sequence[str]
     return acc.reduce(value, reduction="mean").item()
 
 
-def counts(dataset: Any) -> tuple[int, int]:
+def counts(dataset: ChunkedEpisodeDataset | MixedDataset) -> tuple[int, int]:
     parts = getattr(dataset, "datasets", None) or [dataset]
     frames = sum(int(d.fingerprint["total_frames"]) for d in parts)
     episodes = sum(len(d.episodes) for d in parts)

@@ -3,20 +3,71 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
 from ..errors import ResumeStateError, describe
+from ..index.start import StartPoint
 from ..keys import CURSOR_KEY, SKIPPED_KEY
 from ..state.mix import MixState
 from ..state.resume import ResumeState
-from ..tracker import CursorTracker, check_batch_origin
+from ..tracker import CursorTracker, TrackedDataset, check_batch_origin
+from .levels import MixLevel
+from .resume import MixPositions
 from .source import MIX_KEY
 
-if TYPE_CHECKING:
-    from .dataset import MixedDataset  # which builds its tracker
+
+class TrackedMix(Protocol):
+    """What a :class:`MixTracker` needs of the mix whose batches it records.
+
+    A :class:`~robo_resume.mix.MixedDataset`, which builds on this module (so a protocol, not
+    an import). The tracker only reads these members, in the main process; they must be the
+    ones the mix's streams use, or the positions it records do not describe what they emitted.
+    """
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (batches of another rank are refused)."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks (above 1, states are gathered over them)."""
+        ...
+
+    @property
+    def datasets(self) -> Sequence[TrackedDataset]:
+        """The sources' datasets, in source order (one :class:`CursorTracker` each)."""
+        ...
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What a mix state of this mix must match (copied into the state)."""
+        ...
+
+    @property
+    def resume_state(self) -> MixState | None:
+        """The mix state the mix resumes from, or None."""
+        ...
+
+    @property
+    def positions(self) -> MixPositions:
+        """The mix's resume arithmetic (whether a topology is an elastic resume)."""
+        ...
+
+    def level(self, num_workers: int) -> MixLevel:
+        """The mix arithmetic with ``num_workers`` workers (its source start points)."""
+        ...
+
+    def start_point(self, num_workers: int) -> StartPoint:
+        """Where the rank's mix streams start: per role ``(epoch, j, source cursors)``."""
+        ...
+
+    def source_name(self, i: int) -> str:
+        """How messages name source ``i``."""
+        ...
 
 
 class MixTracker:
@@ -33,7 +84,7 @@ class MixTracker:
             (:meth:`MixedDataset.tracker` makes one).
     """
 
-    def __init__(self, mix: MixedDataset) -> None:
+    def __init__(self, mix: TrackedMix) -> None:
         self.mix = mix
         self.num_workers: int | None = None
         self.positions: dict[int, tuple[int, int]] = {}

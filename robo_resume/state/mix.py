@@ -16,9 +16,9 @@ and ``datasets``), so this module imports nothing above the state layer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ..errors import ResumeStateError, describe
 from .resume import (
@@ -60,6 +60,25 @@ def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
         STATE_VERSION,
     )
     return {**data, "format": STATE_FORMAT, "version": STATE_VERSION, "kind": KIND_MIX}
+
+
+class CheckedMix(Protocol):
+    """What :meth:`MixState.check` needs of the mix that resumes from a state.
+
+    A :class:`~robo_resume.mix.MixedDataset`, which builds on this module (so a protocol, not
+    an import): its fingerprint, compared key by key with the state's, and its source datasets,
+    one per source state.
+    """
+
+    @property
+    def fingerprint(self) -> Mapping[str, Any]:
+        """What a state of this mix must match (see :attr:`MixState.fingerprint`)."""
+        ...
+
+    @property
+    def datasets(self) -> Sized:
+        """The mix's source datasets, in source order (only their number is read)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -210,14 +229,14 @@ class MixState:
                 )
             ) from exc
 
-    def check(self, mix: Any) -> None:
+    def check(self, mix: CheckedMix) -> None:
         """Refuse a state made for another mix (weights, sources, ...).
 
         The batch size may differ (elastic resume); each source's own options are checked by
         its dataset (:meth:`~robo_resume.dataset.ChunkedEpisodeDataset.use_resume_state`).
 
         Args:
-            mix: the mix to resume, duck-typed: its ``fingerprint`` and ``datasets``.
+            mix: the mix to resume (its ``fingerprint`` and the number of its ``datasets``).
 
         Raises:
             ResumeStateError: a fingerprint field other than the batch size differs (the
