@@ -112,6 +112,7 @@ def test_python_examples_run(where, source, tmp_path, monkeypatch, capsys, hub_d
     hub = HubStandIn(hub_dataset, tmp_path / "hub-cache")
     if "repo_id=" in source:
         import huggingface_hub  # the dev extra installs it (lerobot needs it): never skipped
+
         monkeypatch.setattr(huggingface_hub, "snapshot_download", hub)
     exec(compile(source, where, "exec"), {"__name__": "__doc_example__"})
     out = capsys.readouterr().out
