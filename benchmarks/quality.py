@@ -1066,6 +1066,12 @@ def main(argv: list[str] | None = None) -> int:
         '"spread"}\' (StreamTuning keywords; "chunk_frames" goes to the dataset)',
     )
     p.add_argument(
+        "--skip",
+        default="",
+        metavar="NAMES",
+        help="orders left out, comma-separated, e.g. fast (uniform is the reference: kept)",
+    )
+    p.add_argument(
         "--check-batches",
         type=int,
         default=20,
@@ -1088,6 +1094,13 @@ def main(argv: list[str] | None = None) -> int:
         args.steps, args.seeds, args.lr, args.workers = 40, 1, ["constant"], [0]
         args.check_batches = -1
         orders = {k: v for k, v in orders.items() if k in QUICK_ORDERS or k not in BASE_ORDERS}
+    skip = {n for n in args.skip.split(",") if n}
+    if skip - set(orders) or UNIFORM in skip:
+        raise SystemExit(
+            f"--skip takes order names other than {UNIFORM!r}: {sorted(orders)}; found "
+            f"{sorted(skip)}"
+        )
+    orders = {k: v for k, v in orders.items() if k not in skip}
     if args.steps < 1 or args.seeds < 1 or not args.workers:
         raise SystemExit("--steps and --seeds must be >= 1, --workers must name a count")
     import logging
@@ -1103,6 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
             "lr": args.lr,
             "workers": args.workers,
             "check_batches": args.check_batches,
+            "skip": sorted(skip),
             "quick": args.quick,
         },
         "orders": orders,

@@ -125,3 +125,15 @@ def test_loader_check_fails_on_a_wrong_order_or_wrong_rows(tmp_path: Path) -> No
         check(order)
     case.data["raw"]["action"] = action
     assert check(order) == 8
+
+
+def test_skip_leaves_orders_out_but_never_the_reference() -> None:
+    """``--skip`` drops named orders (a long run without ``fast``); the uniform order every
+    ratio divides by, and names that are no order, are refused before any work."""
+    quality = _load_quality()
+    for bad, found in (("uniform", "['uniform']"), ("fats", "['fats']")):
+        with pytest.raises(SystemExit) as e:
+            quality.main(["--skip", bad, "--cases", "open50"])
+        msg = str(e.value)
+        assert msg.startswith("--skip takes order names other than 'uniform'"), msg
+        assert "'fast'" in msg and msg.endswith(f"found {found}"), msg
