@@ -32,6 +32,7 @@ from robo_resume import (
     ChunkedEpisodeDataset,
     DatasetFormatError,
     LeRobotReader,
+    MetadataMismatchError,
     StreamTuning,
 )
 from robo_resume.format.depth import DepthCodec
@@ -305,3 +306,23 @@ def test_docs_example_runs():
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(blocks) == 1
     exec(compile(blocks[0], "docs/depth.md[python block 0]", "exec"), {})
+
+
+def test_frame_size_mismatch_suggests_the_depth_shape(depth_root, tmp_path):
+    """A depth video whose size differs from info.json: the fix keeps the feature's 1 channel."""
+    from robo_resume.format.metadata import load_metadata
+    from robo_resume.format.video import VideoReader
+
+    copy = tmp_path / "ds"
+    shutil.copytree(depth_root, copy)
+    path = copy / "meta" / "info.json"
+    info = json.loads(path.read_text())
+    info["features"][DEPTH]["shape"] = [H + 2, W, 1]
+    path.write_text(json.dumps(info, indent=4))
+    meta = load_metadata(copy)
+    ref = meta.episode(0).videos[DEPTH]
+    with VideoReader(copy / ref.path) as v, pytest.raises(MetadataMismatchError) as err:
+        meta.check_video_stream(DEPTH, v.info(), file=v.path, episode=0)
+    assert f"Expected {H + 2}x{W} (height x width" in str(err.value)
+    assert f"Found {H}x{W} in the video container" in str(err.value)
+    assert f"set the shape of '{DEPTH}' in meta/info.json to [{H}, {W}, 1] if" in str(err.value)

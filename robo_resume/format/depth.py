@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ import torch
 from ..errors import DatasetFormatError, describe
 from .features import is_depth_map
 from .frame_store import StoredFrame
+
+if TYPE_CHECKING:
+    from .meta_types import DatasetMeta
 
 __all__ = ["DEPTH_CODES", "DepthCodec", "depth_codecs"]
 
@@ -183,7 +186,7 @@ def _table(depth_min: float, depth_max: float, shift: float, use_log: bool) -> n
     return table
 
 
-def depth_codecs(meta: Any) -> dict[str, DepthCodec]:
+def depth_codecs(meta: DatasetMeta) -> dict[str, DepthCodec]:
     """``{camera: DepthCodec}`` for the depth video features of ``meta`` (a
     :class:`~robo_resume.format.metadata.DatasetMeta`); raises what :meth:`DepthCodec.
     from_feature` raises."""

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,6 +42,22 @@ CONVERT_HINT = {
 
 REQUIRED_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 """Columns :meth:`DatasetMeta.select` always keeps: they place each frame and name its task."""
+
+
+class VideoFacts(Protocol):
+    """The facts of an opened video that :meth:`DatasetMeta.check_video_stream` reads.
+
+    A :class:`~robo_resume.format.video.VideoStreamInfo` has them.
+    """
+
+    @property
+    def height(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def fps(self) -> float: ...
+    @property
+    def num_frames(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -293,10 +309,20 @@ class DatasetMeta:
             return int(shape[names.index("height")]), int(shape[names.index("width")])
         return int(shape[0]), int(shape[1])  # lerobot's (height, width, channels)
 
+    def _resized_shape(self, camera: str, height: int, width: int) -> list[int]:
+        """``features[camera].shape`` with its height and width replaced (channels kept)."""
+        ft = self.features.get(camera) or {}
+        shape, names = list(ft.get("shape") or (0, 0, 3)), ft.get("names")
+        if isinstance(names, list | tuple) and "height" in names and "width" in names:
+            shape[names.index("height")], shape[names.index("width")] = height, width
+        else:
+            shape[0], shape[1] = height, width
+        return [int(x) for x in shape]
+
     def check_video_stream(
         self,
         camera: str,
-        stream: Any,
+        stream: VideoFacts,
         *,
         file: str | Path | None = None,
         episode: int | None = None,
@@ -332,7 +358,8 @@ class DatasetMeta:
                         episode=episode,
                         fix=f"re-encode the video at {size[0]}x{size[1]}, or set the shape of "
                         f"'{camera}' in meta/info.json to "
-                        f"[{stream.height}, {stream.width}, 3] if the video is right",
+                        f"{self._resized_shape(camera, stream.height, stream.width)} if the "
+                        "video is right",
                     )
                 )
         fps = float(self.fps)
