@@ -6,6 +6,14 @@ batch and checkpoints model, optimizer, step and data state every few steps, ato
 parent kills it with SIGKILL at a random step after a checkpoint, starts it again from the
 checkpoint, and compares the frames the training actually used (up to the checkpoint, then after
 the resume) with the order of an uninterrupted run.
+
+The child also keeps the per-step record of consumed stream positions that ``robo-resume train``
+keeps (:class:`~robo_resume.lerobot_train.record.StepRecord`, saved in every checkpoint), and the
+parent audits two checkpoints with it (:func:`~robo_resume.lerobot_train.audit.audit_record`):
+the one the kill left (steps 1 to its step trained once, the rest pending) and the final one
+(every frame of every epoch trained exactly once). ``--resume-workers``/``--resume-batch-size``
+resume with another topology (elastically); the order then differs from an uninterrupted run's,
+by design, and the counts and the audit are what is checked.
 """
 
 from __future__ import annotations
@@ -14,13 +22,17 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .lerobot_train.audit import RunAudit
 
 __all__ = ["run_demo", "train"]
 
@@ -69,7 +81,8 @@ def train(args: argparse.Namespace) -> int:
     import torch
 
     from .checkpoint import load_checkpoint, save_checkpoint
-    from .dataset import ChunkedEpisodeDataset
+    from .dataset import CURSOR_KEY, ChunkedEpisodeDataset
+    from .lerobot_train.record import RunHeader, StepRecord
     from .stream.loader import BatchLoader
 
     work = Path(args.workdir)
@@ -101,11 +114,39 @@ def train(args: argparse.Namespace) -> int:
     tracker = ds.tracker()
     loader = ds.dataloader(num_workers=args.num_workers)
     assert isinstance(loader, BatchLoader)  # no collate_fn, not stateful
+    # the per-step record of consumed stream positions (what the audit counts from), continued
+    # from the checkpoint's and saved with every checkpoint, as robo-resume train keeps it
+    record = StepRecord.from_files(ckpt["record"], where=ckpt_path) if ckpt else StepRecord([], [])
+    record.begin(
+        RunHeader.of_run(
+            ds,
+            first_step=step + 1,
+            first_row=len(record.rows),
+            num_workers=args.num_workers,
+            tuning=None,
+            resumed_from=ckpt_path if ckpt else None,
+            start_state=ckpt["data"] if ckpt else None,
+        )
+    )
+
+    def save() -> None:
+        state = {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "step": step,
+            "data": tracker.state_dict(),
+            "record": record.files(1),
+        }
+        save_checkpoint(state, ckpt_path)
+        log.write(json.dumps({"event": "checkpoint", "run": run, "step": step}) + "\n")
+        log.flush()
+
     run = "resumed" if ckpt else "first"
     first = True
     with open(work / "consumed.jsonl", "a") as log:
         for _epoch in loader.epochs(args.epochs):  # the epochs left after the checkpoint
             for batch in loader:
+                record.add(step + 1, 0, batch[CURSOR_KEY])
                 batch = tracker.consume(batch)
                 if first:
                     log.write(
@@ -141,19 +182,11 @@ def train(args: argparse.Namespace) -> int:
                 )
                 log.flush()
                 if step % args.checkpoint_every == 0:
-                    save_checkpoint(
-                        {
-                            "model": model.state_dict(),
-                            "optimizer": opt.state_dict(),
-                            "step": step,
-                            "data": tracker.state_dict(),
-                        },
-                        ckpt_path,
-                    )
-                    log.write(json.dumps({"event": "checkpoint", "run": run, "step": step}) + "\n")
-                    log.flush()
+                    save()
                 if args.slow:
                     time.sleep(args.slow)
+        if step % args.checkpoint_every:
+            save()  # the end of training: the audit checks every step
         log.write(
             json.dumps(
                 {"event": "done", "run": run, "step": step, "seconds": time.perf_counter() - t0}
@@ -175,7 +208,9 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _child(args: argparse.Namespace, *extra: str) -> subprocess.Popen:
+def _child(
+    args: argparse.Namespace, *extra: str, workers: int | None = None, batch: int | None = None
+) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
@@ -185,9 +220,9 @@ def _child(args: argparse.Namespace, *extra: str) -> subprocess.Popen:
         "--workdir",
         str(args.workdir_path),
         "--batch-size",
-        str(args.batch_size),
+        str(batch or args.batch_size),
         "--num-workers",
-        str(args.num_workers),
+        str(args.num_workers if workers is None else workers),
         "--seed",
         str(args.seed),
         "--epochs",
@@ -297,8 +332,15 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         file=sys.stderr,
     )
 
+    ckpt_path = args.workdir_path / "ckpt.pt"
+    killed_ckpt = args.workdir_path / "ckpt_at_kill.pt"
+    shutil.copyfile(ckpt_path, killed_ckpt)  # the resume overwrites it: audited below
+    workers = getattr(args, "resume_workers", None)
+    workers = args.num_workers if workers is None else workers
+    batch = getattr(args, "resume_batch_size", None) or args.batch_size
+    elastic = (workers, batch) != (args.num_workers, args.batch_size)
     t_resume = time.perf_counter()
-    child = _child(args, "--resume")
+    child = _child(args, "--resume", workers=workers, batch=batch)
     _, err = child.communicate()
     if child.returncode != 0:
         raise RuntimeError(f"the resumed training failed:\n{err[-2000:]}")
@@ -312,6 +354,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     done = next(e for e in events if e["event"] == "done" and e["run"] == "resumed")
     got = pre + post
     want_c, got_c = Counter(ref), Counter(got)
+    at_kill, final = _audit(killed_ckpt), _audit(ckpt_path)
     report = {
         "dataset": str(root),
         "episodes": list(ds.episodes),
@@ -329,15 +372,32 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "killed_at_step": max(e["step"] for e in ran),
         "killed_by_sigkill": killed,
         "resumed_from_checkpoint_step": last_ckpt,
+        "resumed_with": {"num_workers": workers, "batch_size": batch, "elastic": elastic},
         "frames_replayed": sum((got_c - want_c).values()),
         "frames_lost": sum((want_c - got_c).values()),
-        "order_identical": got == ref,
+        # another topology trains the rest of the epoch in another order, by design
+        "order_identical": None if elastic else got == ref,
+        "audit_at_kill": at_kill.to_dict(),
+        "audit": final.to_dict(),
         "resume_to_first_batch_s": round(first_batch, 3),
         "resumed_process_wall_s": round(wall, 3),
         "throughput_frames_per_s": round(len(post) / max(done["seconds"] - first_batch, 1e-9)),
         "train_wall_s": round(t_resume - t_train, 3),
     }
     return report
+
+
+def _audit(path: Path) -> RunAudit:
+    """The audit of a demo checkpoint: its per-step record against its data state and step."""
+    from .checkpoint import load_checkpoint
+    from .lerobot_train.audit import audit_record
+    from .lerobot_train.record import StepRecord
+    from .state.resume import ResumeState
+
+    ckpt = load_checkpoint(path)
+    record = StepRecord.from_files(ckpt["record"], where=path)
+    state = ResumeState.from_dict(ckpt["data"])
+    return audit_record(record, state, int(ckpt["step"]), checkpoint=str(path))
 
 
 def _child_main(argv: list[str] | None = None) -> int:

@@ -145,6 +145,65 @@ def test_cli_demo_sigkill_and_resume(tmp_path, capsys):
     assert 4 <= report["resumed_from_checkpoint_step"] <= report["killed_at_step"]
     assert (report["frames_replayed"], report["frames_lost"]) == (0, 0)
     assert report["order_identical"] is True and report["ok"] is True
+    # the demo audits itself from the per-step record its checkpoints keep
+    final, at_kill = report["audit"], report["audit_at_kill"]
+    frames = sum(e["frames"] for e in final["epochs"])
+    assert final["ok"] and final["step"] == report["steps_uninterrupted"]
+    assert [(e["once"], e["pending"]) for e in final["epochs"]] == [(frames, 0)]
+    assert at_kill["ok"] and at_kill["step"] == report["resumed_from_checkpoint_step"]
+    (epoch,) = at_kill["epochs"]
+    assert epoch["once"] + epoch["pending"] == frames and 0 < epoch["pending"] < frames
+    assert epoch["once"] == 16 * at_kill["step"]  # batch 16: full batches before the kill
+
+
+@pytest.mark.slow(25)
+def test_cli_demo_resumes_with_another_topology_and_audits_it(tmp_path, capsys):
+    """2 workers, batch 16 -> killed -> resumed with 1 worker, batch 8: elastic, audited."""
+    args = ["demo", "--out", str(tmp_path), "--epochs", "2", "--checkpoint-every", "5"]
+    args += ["--kill-seed", "5", "--resume-workers", "1", "--resume-batch-size", "8"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "resumed from the checkpoint of step" in out and "with 1 worker, batch 8" in out
+    assert "order identical to an uninterrupted run: not compared (another topology" in out
+    assert re.search(
+        r"audit of the final checkpoint \(step \d+\): \d+ frames trained exactly "
+        r"once, over 2 epoch\(s\): ok",
+        out,
+    ), out
+    assert "pending (the resume trains them)" in out
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["resumed_with"] == {"num_workers": 1, "batch_size": 8, "elastic": True}
+    assert (report["frames_replayed"], report["frames_lost"]) == (0, 0)
+    runs = report["audit"]["runs"]
+    assert [(r["num_workers"], r["batch_size"]) for r in runs] == [(2, 16), (1, 8)]
+    assert runs[1]["remainder_epoch"] is not None
+
+
+def test_the_demos_audit_catches_a_tampered_record(tmp_path, capsys):
+    """A record in which one step claims the positions of the step before: replayed and lost."""
+    from robo_resume.checkpoint import load_checkpoint
+    from robo_resume.lerobot_train.audit import audit_record
+    from robo_resume.lerobot_train.record import StepRecord
+    from robo_resume.state.resume import ResumeState
+
+    args = ["demo", "--out", str(tmp_path), "--epochs", "1", "--checkpoint-every", "4"]
+    assert main([*args, "--num-workers", "0", "--kill-seed", "2", "--json"]) == 0
+    ckpt = load_checkpoint(tmp_path / "train" / "ckpt.pt")
+    record = StepRecord.from_files(ckpt["record"], where="ckpt.pt")
+    state, step = ResumeState.from_dict(ckpt["data"]), int(ckpt["step"])
+    assert audit_record(record, state, step, checkpoint="ckpt.pt").ok
+    rows = record.rows.copy()
+    rows[6, 3:] = rows[5, 3:]  # step 7 claims step 6's positions
+    tampered = audit_record(StepRecord(record.runs, rows), state, step, checkpoint="ckpt.pt")
+    assert not tampered.ok
+    (epoch,) = tampered.epochs
+    assert epoch.replayed == epoch.lost == 16
+    assert [r[3] for r in epoch.replayed_ranges] == [1] * len(epoch.replayed_ranges)
+    assert sum(r[2] - r[1] + 1 for r in epoch.lost_ranges) == 16
+    assert any(
+        "consumed stream positions" in p and "more than once" in p for p in tampered.problems
+    ), tampered.problems
 
 
 def test_cli_inspect_open50(open50, capsys):

@@ -66,6 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--kill-seed", type=int, default=None, help="seed of the random kill step")
     d.add_argument("--episodes", help=EPISODES_HELP)
     d.add_argument("--on-error", choices=("raise", "skip"), default="raise", help=ON_ERROR_HELP)
+    d.add_argument(
+        "--resume-workers",
+        type=int,
+        default=None,
+        help="resume with this many DataLoader workers (default: --num-workers); another "
+        "topology resumes elastically",
+    )
+    d.add_argument(
+        "--resume-batch-size",
+        type=int,
+        default=None,
+        help="resume with this batch size (default: --batch-size)",
+    )
     d.add_argument("--slow", type=float, default=0.01, help=argparse.SUPPRESS)
 
     i = command(

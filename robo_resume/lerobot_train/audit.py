@@ -13,7 +13,9 @@ pure schedule (nothing is decoded):
    played ``e`` as a normal epoch emits over all its streams (with ``tail="drop"`` the few
    frames past the streams' equal share are in no stream: reported, not a failure).
 3. **Pending.** What the checkpoint's cursors have left of their epochs (the elastic leftover,
-   :func:`~robo_resume.index.elastic.leftover`): the frames a resume trains next.
+   :func:`~robo_resume.index.elastic.leftover`): the frames a resume trains next. An epoch no
+   step has trained yet (the cursors at its start, e.g. after the last step of an epoch) is
+   not audited: a note says so.
 4. **Count.** Per epoch and frame: trained + pending must equal the epoch's count. More is a
    replay, less a loss; both are named (epoch, episode, frame ranges). The record must also hold
    one row per step and rank, steps 1 to the checkpoint's.
@@ -46,7 +48,7 @@ from .record import ROWS_FILE, RUNS_FILE, RunHeader, StepRecord
 if TYPE_CHECKING:
     from ..dataset import ChunkedEpisodeDataset
 
-__all__ = ["AuditError", "EpochAudit", "RunAudit", "audit_run", "format_audit"]
+__all__ = ["AuditError", "EpochAudit", "RunAudit", "audit_record", "audit_run", "format_audit"]
 
 _IDENTITY = ("dataset", "total_frames", "episodes", "plan", "seed")  # what the plan rests on
 _SHOW = 12  # ranges named per list in the text summary (the JSON has them all)
@@ -166,7 +168,8 @@ def _dataset(run: RunHeader) -> Any:
             delta_timestamps=d["delta_timestamps"],
             batch_size=run.batch_size,
             seed=d["seed"],
-            infinite=True,
+            infinite=d.get("infinite", True),
+            drop_last=d.get("drop_last", False),
             resume_state=run.start_state,
             rank=0,
             world_size=run.world_size,
@@ -282,9 +285,52 @@ def audit_run(
         )
     step = int(_json(ckpt / "training_state" / "training_step.json")["step"])
     final = ResumeState.from_dict(_json(folder / DATA_STATE))
+    return audit_record(
+        record, final, step, checkpoint=str(ckpt), label=ckpt.resolve().name, index_log=index_log
+    )
+
+
+def audit_record(
+    record: StepRecord,
+    final: ResumeState,
+    step: int,
+    *,
+    checkpoint: str,
+    label: str | None = None,
+    index_log: str | Path | None = None,
+) -> RunAudit:
+    """Audit a checkpoint's contents: its per-step record, its data state and its step.
+
+    :func:`audit_run` reads these from a ``robo-resume train`` checkpoint folder; a training
+    loop of its own (``robo-resume demo``'s) keeps a :class:`~.record.StepRecord` and its
+    tracker's state in its own checkpoint file and audits them here.
+
+    Args:
+        record: the per-step record saved with the checkpoint (its runs' headers and rows).
+        final: the data state saved with the checkpoint (the cursors after step ``step``).
+        step: the checkpoint's step: the record must hold steps 1 to ``step`` on every rank.
+        checkpoint: the checkpoint's path or name, for the report.
+        label: how the notes name the checkpoint (default: ``checkpoint``).
+        index_log: the ``ROBO_RESUME_TRAIN_INDEX_LOG`` path of the run, or None.
+
+    Returns:
+        The audit: per epoch, the frames trained once, replayed, lost and pending.
+
+    Raises:
+        AuditError: the record is empty, or its dataset is gone or changed.
+    """
+    if not record.runs:
+        raise AuditError(
+            describe(
+                "The checkpoint holds no per-step record",
+                found="a record without runs",
+                file=checkpoint,
+                fix="audit a checkpoint saved after at least one step",
+            )
+        )
     problems: list[str] = []
     notes = [
-        f"audited: steps 1..{step}, what checkpoint {ckpt.resolve().name} attests; steps a killed "
+        f"audited: steps 1..{step}, what checkpoint {label or checkpoint} attests; steps a killed "
         "run trained after it are in no checkpoint, and a resume trains them again"
     ]
     if record.runs[0].first_step > 1:
@@ -406,7 +452,12 @@ def audit_run(
     plan_frames = np.zeros(spans.size, np.int64)
     for a, n in zip(spans.first.tolist(), spans.length.tolist(), strict=True):
         plan_frames[a : a + n] = 1
-    for e in sorted(set(counts) | set(pending)):
+    for e in sorted(set(pending) - set(counts)):  # cursors at the start of an epoch
+        notes.append(
+            f"epoch {e}: not started (the checkpoint's cursors are at its start: its "
+            f"{int(pending[e].sum())} frames are what a resume trains next)"
+        )
+    for e in sorted(counts):
         base = layouts[normal.get(e, 0)].schedule
         sched = np.concatenate([base.frame_indices(e, g) for g in range(base.topology.num_streams)])
         expected = np.bincount(sched, minlength=spans.size)
@@ -434,7 +485,7 @@ def audit_run(
         checked, log_problems, log_notes = _check_log(Path(index_log), row_frames, step, skipped)
         problems += log_problems
         notes += log_notes
-    return RunAudit(str(ckpt), step, runs, epochs, problems, notes, checked)
+    return RunAudit(checkpoint, step, runs, epochs, problems, notes, checked)
 
 
 def _overlaps(a: int, b: int, positions: np.ndarray) -> bool:

@@ -77,7 +77,9 @@ class RunHeader:
         start_state: the data state it resumed from (None: a fresh run).
         dataset: what the schedule's plan needs: ``root``, ``repo_id``, ``revision``,
             ``episodes`` (ranges), ``features`` (the selection, renames left out),
-            ``chunk_frames``, ``delta_timestamps`` (dataset keys), ``seed``, ``tuning``.
+            ``chunk_frames``, ``delta_timestamps`` (dataset keys), ``seed``, ``tuning``,
+            ``infinite`` and ``drop_last`` (absent in records before them: infinite, as
+            ``robo-resume train`` streams).
     """
 
     first_step: int
@@ -133,6 +135,8 @@ class RunHeader:
                 ),
                 "seed": dataset.seed,
                 "tuning": None if tuning is None else dict(tuning),
+                "infinite": dataset.infinite,
+                "drop_last": dataset.drop_last,
             },
         )
 
@@ -158,8 +162,22 @@ class StepRecord:
         if not runs.is_file():
             return None
         try:
-            data = json.loads(runs.read_text())
-            with np.load(rows) as z:
+            files = {RUNS_FILE: runs.read_bytes(), ROWS_FILE: rows.read_bytes()}
+        except OSError as exc:
+            raise cls._unreadable(folder, exc) from exc
+        return cls.from_files(files, where=folder)
+
+    @classmethod
+    def from_files(cls, files: Mapping[str, bytes], *, where: str | Path) -> StepRecord:
+        """The record of :meth:`files`' output (``where``: the file or folder it came from, for
+        the message).
+
+        Raises:
+            ResumeStateError: the bytes are not a record this version writes.
+        """
+        try:
+            data = json.loads(files[RUNS_FILE])
+            with np.load(io.BytesIO(files[ROWS_FILE]), allow_pickle=False) as z:
                 table = z["rows"]
             if data.get("version") != RECORD_VERSION or list(data.get("columns", ())) != list(
                 COLUMNS
@@ -167,17 +185,21 @@ class StepRecord:
                 raise ValueError(f"version {data.get('version')}, columns {data.get('columns')}")
             return cls([RunHeader.from_dict(r) for r in data["runs"]], table)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ResumeStateError(
-                describe(
-                    "The checkpoint's per-step record cannot be read",
-                    expected=f"{RUNS_FILE} (version {RECORD_VERSION}) and {ROWS_FILE} as "
-                    "robo-resume train writes them",
-                    found=f"{type(exc).__name__}: {exc}",
-                    file=folder,
-                    fix="resume from an earlier checkpoint (checkpoints/<step>), or delete both "
-                    "files to resume without a record (the audit then starts at that step)",
-                )
-            ) from exc
+            raise cls._unreadable(where, exc) from exc
+
+    @staticmethod
+    def _unreadable(where: str | Path, exc: Exception) -> ResumeStateError:
+        return ResumeStateError(
+            describe(
+                "The checkpoint's per-step record cannot be read",
+                expected=f"{RUNS_FILE} (version {RECORD_VERSION}) and {ROWS_FILE} as "
+                "robo-resume train writes them",
+                found=f"{type(exc).__name__}: {exc}",
+                file=where,
+                fix="resume from an earlier checkpoint (checkpoints/<step>), or delete both "
+                "files to resume without a record (the audit then starts at that step)",
+            )
+        )
 
     def begin(self, header: RunHeader) -> None:
         """Start a new run (its ``first_row`` must be the number of rows held)."""
