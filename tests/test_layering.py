@@ -247,3 +247,46 @@ def test_the_check_passes_a_graph_that_points_one_way(tmp_path):
     graph = import_graph(tmp_path)
     assert graph["robo_resume.upper"][0][0] == "robo_resume.lower"
     assert find_cycles(graph) == []
+
+
+def private_imports(root: Path, package: str = PACKAGE) -> list[str]:
+    """``file:line: from M import _name`` for every underscore name imported from another
+    module of ``package`` (``_`` means private to its module; dunders are not private)."""
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            inside = node.level > 0 or (node.module or "").split(".")[0] == package
+            for alias in node.names if inside else ():
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    where = path.relative_to(root).as_posix()
+                    found.append(
+                        f"{where}:{node.lineno}: from {'.' * node.level}"
+                        f"{node.module or ''} import {alias.name}"
+                    )
+    return found
+
+
+def test_no_underscore_name_is_imported_across_modules():
+    found = private_imports(ROOT)
+    assert not found, (
+        "underscore names are private to their module; give a name used elsewhere no leading "
+        "underscore (or move it to where it is used):\n" + "\n".join(found)
+    )
+
+
+def test_the_private_import_check_finds_them(tmp_path):
+    _write(
+        tmp_path,
+        {
+            "__init__.py": "from .a import __version__\n",
+            "a.py": "__version__ = '1'\n_secret = 1\nfrom os.path import _get_sep\n",
+            "b.py": "from .a import _secret\nfrom robo_resume.a import _secret as s\n",
+        },
+    )
+    assert private_imports(tmp_path) == [
+        f"{PACKAGE}/b.py:1: from .a import _secret",
+        f"{PACKAGE}/b.py:2: from robo_resume.a import _secret",
+    ]
