@@ -20,7 +20,7 @@ from ..format.metadata import DatasetMeta, EpisodeInfo
 from ..format.row_groups import RowGroupCache
 from ..format.tabular import ParquetTable
 from ..format.validate import inside_root
-from ..format.video import VideoReader
+from ..format.video import VideoReader, VideoStreamInfo
 from .buffers import (
     BUFFERS,
     empty_like_batch,
@@ -242,7 +242,7 @@ class ItemBuilder(DecodingThreads):
         )
         return list(zip(*columns, strict=True))
 
-    def _check_video_starts(self, camera: str, reader: VideoReader, info: Any) -> None:
+    def _check_video_starts(self, camera: str, reader: VideoReader, info: VideoStreamInfo) -> None:
         """Each episode of a shared mp4 starts where the episodes before it end; frames that
         no episode reads are reported once per file (a warning: they are harmless).
 

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..index.elastic import Layout
+from ..index.segments import Segment
 from ..items.buffers import shared_views
 from ..items.builder import ItemBuilder
 from ..items.ranges import EpisodeRangeReader
@@ -86,7 +87,9 @@ def streaming_error(exc: Exception, where: str) -> Exception:
         return exc
 
 
-def skip_record(exc: Exception, seg: Any, frame: int, epoch: int, rank: int, role: int):
+def skip_record(
+    exc: Exception, seg: Segment, frame: int, epoch: int, rank: int, role: int
+) -> dict[str, Any]:
     """The JSON-safe record of a skipped segment (see :data:`SKIPPED_KEY`)."""
     text = str(exc)
     found = re.search(r"At file (.+?)(?:, episode \d+|, frame \d+)*\.(?: |$)", text)

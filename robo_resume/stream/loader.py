@@ -292,7 +292,11 @@ class LoaderIterator:
     """
 
     def __init__(
-        self, it: Any, float_keys: tuple[str, ...], ring: Any = None, owner: Any = None
+        self,
+        it: Any,
+        float_keys: tuple[str, ...],
+        ring: Any = None,
+        owner: BatchLoader | None = None,
     ) -> None:
         self._it = it
         self._float_keys = float_keys
