@@ -154,7 +154,7 @@ class RemoteChangedError(RoboResumeError, OSError):
 
 
 class RemotePathError(RoboResumeError, ValueError):
-    """A path given by a server or a caller escapes the dataset root (``..``, absolute, ``\\``)."""
+    """A path from a server or a caller leaves the dataset root (``..``, absolute, backslash)."""
 
 
 class WorkerStartError(RoboResumeError, TypeError):

@@ -118,19 +118,19 @@ async def send(
         await resp.write_eof()
         return resp
     if faults._take("reset_next") and len(body) > 1:
-        await resp.write(body[: len(body) // 2])
         with faults.lock:
             faults.bytes_sent[key] += len(body) // 2
+        await resp.write(body[: len(body) // 2])
         assert request.transport is not None
         request.transport.abort()  # a connection reset mid-body
         return resp
     step = 65536 if faults.bandwidth is None else max(1, int(faults.bandwidth / 20))
     for i in range(0, len(body), step):
-        await resp.write(body[i : i + step])
-        with faults.lock:
-            faults.bytes_sent[key] += len(body[i : i + step])
-        if faults.bandwidth:
+        if faults.bandwidth:  # before the write: the client waits for every piece
             await asyncio.sleep(len(body[i : i + step]) / faults.bandwidth)
+        with faults.lock:  # counted before the write: the client may return before it ends
+            faults.bytes_sent[key] += len(body[i : i + step])
+        await resp.write(body[i : i + step])
     await resp.write_eof()
     return resp
 
@@ -202,9 +202,11 @@ class _ThreadServer:
         return self
 
     async def _start(self) -> int:
-        self._runner = web.AppRunner(self.app(), handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            self.app(), handle_signals=False, access_log=None, shutdown_timeout=0.5
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.5)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -439,11 +441,21 @@ class S3Server(_ThreadServer):
             resp = await send(request, self.faults, key, up.status, out, data)
             return resp
 
-    def upload(self, root: Path, bucket: str, prefix: str = "") -> None:
-        """Create ``bucket`` and upload every file under ``root`` to ``prefix/`` (boto3, direct)."""
+    def _client(self):
         import boto3
 
-        s3 = boto3.client("s3", endpoint_url=self.moto_url, region_name="us-east-1")
+        # moto takes any key; explicit dummy ones keep the uploads independent of the env
+        return boto3.client(
+            "s3",
+            endpoint_url=self.moto_url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def upload(self, root: Path, bucket: str, prefix: str = "") -> None:
+        """Create ``bucket`` and upload every file under ``root`` to ``prefix/`` (boto3, direct)."""
+        s3 = self._client()
         s3.create_bucket(Bucket=bucket)
         for p in sorted(Path(root).rglob("*")):
             if p.is_file():
@@ -455,11 +467,7 @@ class S3Server(_ThreadServer):
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
         """Replace one object (a changed file) directly on moto."""
-        import boto3
-
-        boto3.client("s3", endpoint_url=self.moto_url, region_name="us-east-1").put_object(
-            Bucket=bucket, Key=key, Body=data
-        )
+        self._client().put_object(Bucket=bucket, Key=key, Body=data)
 
 
 def wait_until(predicate, timeout: float = 5.0) -> bool:

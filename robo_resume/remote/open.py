@@ -106,7 +106,14 @@ def open_store(
             client_options=client_options(policy, allow_http=scheme == "http"),
             retry_config=retry,
         )
-        return ObstoreStore(store, url=url, policy=policy, expected=expected, listable=False)
+        return ObstoreStore(
+            store,
+            url=url,
+            policy=policy,
+            expected=expected,
+            listable=False,
+            secrets=[parts.password or ""],
+        )
     raise ValueError(
         describe(
             "Unknown remote URL scheme",

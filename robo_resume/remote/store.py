@@ -552,6 +552,7 @@ class ObstoreStore:
         return where if rng is None else f"{where} bytes {rng[0]}-{rng[1]} (end exclusive)"
 
     def _scrub(self, text: str) -> str:
+        text = re.sub(r"(\w+://)[^/\s@]+@", r"\1", text)  # user:password@
         text = re.sub(r"(https?://[^\s?#\"']+)[?#][^\s\"']*", r"\1", text)
         text = re.sub(
             r"(?i)(authorization|x-amz-security-token|signature)[=:]\s*\S+", r"\1=<redacted>", text
