@@ -135,9 +135,18 @@ async def send(
     return resp
 
 
+_ETAGS: dict[int, tuple[bytes, str]] = {}  # id -> (the object, kept alive so ids stay unique)
+
+
 def etag_of(data: bytes) -> str:
-    """A strong ETag: the quoted md5 of the content (what S3 gives a single-part object)."""
-    return '"' + hashlib.md5(data).hexdigest() + '"'
+    """A strong ETag: the quoted md5 of the content (what S3 gives a single-part object).
+
+    Remembered per bytes object (``_read`` keeps one per unchanged file), so that a large file
+    is not hashed on every request.
+    """
+    if id(data) not in _ETAGS:
+        _ETAGS[id(data)] = (data, '"' + hashlib.md5(data).hexdigest() + '"')
+    return _ETAGS[id(data)][1]
 
 
 async def serve_bytes(
@@ -183,6 +192,7 @@ class _ThreadServer:
     def __init__(self, faults: Faults | None = None):
         self.faults = faults or Faults()
         self.port = 0
+        self._files: dict[tuple[str, int, int], bytes] = {}
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._thread = threading.Thread(
@@ -223,7 +233,11 @@ class _ThreadServer:
         path = (root / rel).resolve()
         if root.resolve() not in path.parents or not path.is_file():
             return None
-        return path.read_bytes()
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self._files:  # one bytes object per file version: etag_of remembers it
+            self._files[key] = path.read_bytes()
+        return self._files[key]
 
 
 class FolderServer(_ThreadServer):
