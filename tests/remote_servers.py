@@ -2,7 +2,8 @@
 
 Each server runs in a thread of this process on 127.0.0.1 with a port of its own and is
 stopped by the fixture that started it. All three share :class:`Faults`, which the test
-drives: the next N requests answer 5xx, the next N bodies are cut mid-way (connection reset),
+drives: the next N requests answer 5xx, stall (a timeout), or have their bodies cut mid-way
+(connection reset),
 each request waits ``latency`` seconds, bodies flow at ``bandwidth`` bytes/s, and a path can be
 served with other bytes (a changed file: other size and ETag). Requests and body bytes are
 counted per (method, path).
@@ -61,6 +62,8 @@ class Faults:
     fail_next: int = 0
     fail_status: int = 503
     reset_next: int = 0
+    stall_next: int = 0
+    stall: float = 2.0
     latency: float = 0.0
     bandwidth: float | None = None
     changed: dict[str, bytes] = field(default_factory=dict)
@@ -72,7 +75,7 @@ class Faults:
     def clear(self) -> None:
         """No faults and zero counts."""
         with self.lock:
-            self.fail_next = self.reset_next = 0
+            self.fail_next = self.reset_next = self.stall_next = 0
             self.latency, self.bandwidth = 0.0, None
             self.changed.clear()
             self.requests.clear()
@@ -108,8 +111,19 @@ async def send(
         faults.log.append((request.method, key, request.headers.get("Range")))
     if faults.latency:
         await asyncio.sleep(faults.latency)
+    if faults._take("stall_next"):  # longer than the client's timeout
+        await asyncio.sleep(faults.stall)
     if faults._take("fail_next"):
         return web.Response(status=faults.fail_status, text="injected failure")
+    try:
+        return await _write(request, faults, key, status, headers, body)
+    except ConnectionResetError:  # the client gave up (its timeout): nothing left to send
+        return web.Response(status=499)
+
+
+async def _write(
+    request: web.Request, faults: Faults, key: str, status: int, headers: dict, body: bytes
+) -> web.StreamResponse:
     resp = web.StreamResponse(status=status, headers=headers)
     if request.method != "HEAD" or "Content-Length" not in headers:
         resp.content_length = len(body)

@@ -196,6 +196,33 @@ def test_reset_mid_range_is_retried(kind, env, small):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_timeout_is_retried_then_reported(kind, env, small):
+    store = open_store(
+        url_of(kind, env), policy=RetryPolicy(attempts=2, first_delay=0.05, timeout=0.3)
+    )
+    faults = env[kind].faults
+    faults.stall_next, faults.stall = 1, 1.0
+    assert store.get_range(VIDEO, 0, 64) == (small / VIDEO).read_bytes()[:64]
+    assert faults.count("GET", VIDEO) == 2
+    faults.stall_next = 2
+    started = time.monotonic()
+    with pytest.raises(
+        RemoteReadError, match=r"after 2 attempt\(s\).*timed out after 0.3 s"
+    ) as info:
+        store.get_range(VIDEO, 0, 64)
+    assert time.monotonic() - started < 3
+    assert "bytes 0-64" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_range_past_the_end_is_an_error_not_short_data(kind, env, small):
+    store = open_store(url_of(kind, env), policy=FAST)
+    size = (small / VIDEO).stat().st_size
+    with pytest.raises(RemoteReadError, match=rf"past the end.*the file has {size} bytes"):
+        store.get_range(VIDEO, size - 10, size + 10)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_slow_server_still_gives_the_bytes(kind, env, small):
     store = open_store(url_of(kind, env))
     faults = env[kind].faults

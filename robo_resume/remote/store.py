@@ -462,7 +462,9 @@ class ObstoreStore:
 
         delays = self.policy.delays()
         last: Exception | None = None
+        timed_out = False
         for attempt in range(self.policy.attempts):
+            started = time.monotonic()
             try:
                 return call()
             except _Permanent as e:
@@ -493,6 +495,7 @@ class ObstoreStore:
                     )
                 ) from None
             except (oe.BaseError, _ShortRead, OSError, TimeoutError) as e:
+                timed_out = time.monotonic() - started >= 0.95 * self.policy.timeout
                 if _client_error(e):
                     last = e
                     break
@@ -500,11 +503,14 @@ class ObstoreStore:
                 if attempt < len(delays):
                     time.sleep(delays[attempt])
         attempts = attempt + 1
+        found = self._scrub(f"{type(last).__name__}: {_first_line(last)}")
+        if timed_out:
+            found += f" (the last attempt timed out after {self.policy.timeout:g} s)"
         raise RemoteReadError(
             describe(
                 f"Reading a remote file failed after {attempts} attempt(s)",
                 expected="the bytes asked for",
-                found=self._scrub(f"{type(last).__name__}: {_first_line(last)}"),
+                found=found,
                 file=self._where(path, rng),
                 fix="check that the server is reachable and healthy, then run again; raise "
                 "RetryPolicy(attempts=..., timeout=...) for a flaky or slow link",
