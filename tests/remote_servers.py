@@ -2,8 +2,8 @@
 
 Each server runs in a thread of this process on 127.0.0.1 with a port of its own and is
 stopped by the fixture that started it. All three share :class:`Faults`, which the test
-drives: the next N requests answer 5xx, stall (a timeout), or have their bodies cut mid-way
-(connection reset),
+drives: the next N requests answer 5xx, stall (a timeout), have their bodies cut mid-way
+(connection reset) or send half the body with a matching Content-Length (a short read),
 each request waits ``latency`` seconds, bodies flow at ``bandwidth`` bytes/s, and a path can be
 served with other bytes (a changed file: other size and ETag). Requests and body bytes are
 counted per (method, path).
@@ -63,6 +63,7 @@ class Faults:
     fail_status: int = 503
     reset_next: int = 0
     stall_next: int = 0
+    truncate_next: int = 0
     stall: float = 2.0
     latency: float = 0.0
     bandwidth: float | None = None
@@ -75,7 +76,7 @@ class Faults:
     def clear(self) -> None:
         """No faults and zero counts."""
         with self.lock:
-            self.fail_next = self.reset_next = self.stall_next = 0
+            self.fail_next = self.reset_next = self.stall_next = self.truncate_next = 0
             self.latency, self.bandwidth = 0.0, None
             self.changed.clear()
             self.requests.clear()
@@ -124,6 +125,8 @@ async def send(
 async def _write(
     request: web.Request, faults: Faults, key: str, status: int, headers: dict, body: bytes
 ) -> web.StreamResponse:
+    if request.method == "GET" and len(body) > 1 and faults._take("truncate_next"):
+        body = body[: len(body) // 2]  # a short body that its headers do not give away
     resp = web.StreamResponse(status=status, headers=headers)
     if request.method != "HEAD" or "Content-Length" not in headers:
         resp.content_length = len(body)

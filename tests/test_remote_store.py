@@ -196,6 +196,18 @@ def test_reset_mid_range_is_retried(kind, env, small):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_short_body_is_retried_never_returned(kind, env, small):
+    store = open_store(url_of(kind, env), policy=FAST)
+    faults = env[kind].faults
+    faults.truncate_next = 1
+    assert store.get_range(VIDEO, 0, 1000) == (small / VIDEO).read_bytes()[:1000]
+    assert faults.count("GET", VIDEO) == 2
+    faults.truncate_next = 100
+    with pytest.raises(RemoteReadError, match=r"short read: got 500 of 1000 bytes"):
+        store.get_range(VIDEO, 0, 1000)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_timeout_is_retried_then_reported(kind, env, small):
     store = open_store(
         url_of(kind, env), policy=RetryPolicy(attempts=2, first_delay=0.05, timeout=0.3)
