@@ -332,6 +332,14 @@ def test_a_listing_that_leaves_the_root_is_refused(env, tmp_path):
     assert not list(tmp_path.rglob("evil"))
 
 
+def test_a_revision_is_pinned_to_its_commit(env, tmp_path):
+    by_branch = fetch_meta("hf://datasets/org/ds", revision="main", cache_dir=tmp_path)
+    by_commit = fetch_meta(f"hf://datasets/org/ds@{COMMIT}", cache_dir=tmp_path)
+    assert by_branch.key == by_commit.key == COMMIT
+    assert by_branch.fetched and not by_commit.fetched  # one cache folder per commit
+    assert f"/resolve/{COMMIT}" in open_store("hf://datasets/org/ds").url
+
+
 def test_unknown_revision_names_the_repo(env):
     with pytest.raises(RemoteReadError, match=r"revision 'nope'.*org/ds"):
         open_store("hf://datasets/org/ds@nope", policy=FAST)

@@ -94,13 +94,14 @@ def fetch_meta(
         DatasetFormatError: ``meta/info.json`` is not JSON.
     """
     store = store or open_store(url, revision=revision, policy=policy)
-    if isinstance(store, HubStore):
-        key = store.sha
+    if isinstance(store, HubStore):  # one folder per repo whatever names the revision
+        ident, key = f"{store.endpoint}/datasets/{store.repo_id}", store.sha
     else:
         info = store.head("meta/info.json")
+        ident = redact_url(url).rstrip("/")
         key = "etag-" + _digest(f"{info.etag}|{info.size}|{info.version}")
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = base / _digest(redact_url(url).rstrip("/")) / key
+    folder = base / _digest(ident) / key
     cached = _read_manifest(folder)
     if cached is not None:
         return MetaCache(folder, cached, key, False)
