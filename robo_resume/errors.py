@@ -20,6 +20,9 @@ __all__ = [
     "DatasetFormatError",
     "MetadataMismatchError",
     "MissingFileError",
+    "RemoteChangedError",
+    "RemotePathError",
+    "RemoteReadError",
     "ResumeStateError",
     "RoboResumeError",
     "UnsupportedFeatureError",
@@ -132,6 +135,26 @@ BROKEN_DATA_ERRORS = (MissingFileError, CorruptFileError, VideoDecodeError, Meta
 
 class ResumeStateError(RoboResumeError, ValueError):
     """A resume state does not fit this dataset, plan, seed or topology."""
+
+
+class RemoteReadError(RoboResumeError, OSError):
+    """Reading bytes of a remote file failed after the retries (5xx, reset, timeout, short read).
+
+    The message names the URL (never credentials or query-string tokens), the byte range, the
+    attempts made and the last error. Derives from ``OSError`` like a failed local read.
+    """
+
+
+class RemoteChangedError(RoboResumeError, OSError):
+    """A remote file's size or ETag differs from what was recorded when it was first read.
+
+    Reading on would mix bytes of two versions of a file; the message names the expected and
+    found size/ETag, the URL, and the fix (pin a revision, or clear the metadata cache).
+    """
+
+
+class RemotePathError(RoboResumeError, ValueError):
+    """A path from a server or a caller leaves the dataset root (``..``, absolute, backslash)."""
 
 
 class WorkerStartError(RoboResumeError, TypeError):
