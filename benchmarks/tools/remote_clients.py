@@ -4,9 +4,10 @@ The servers (tests/remote_servers.py: moto's ThreadedMotoServer and the Range-ca
 server, no faults) run in a child process, so this process's CPU time is the client's alone.
 Each client reads ``--requests`` ranges of 64 KiB and of 1 MiB at random offsets of a 16 MiB
 file; the table gives client CPU and wall time per request. Every read is checked against the
-file's bytes. The choice of obstore in robo_resume.remote rests on it.
+file's bytes. The choice of obstore in robo_resume.remote rests on it. s3fs is not a
+dependency of robo_resume: without it (``pip install s3fs``) its rows are left out, with a note.
 
-    python benchmarks/remote_clients.py [--requests 200]
+    python benchmarks/tools/remote_clients.py [--requests 200] [--quick] [--json FILE]
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # remote_servers
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # remote_servers
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
 
-from _common import describe_machine, print_table
+from _common import describe_machine, print_table, write_json
 
 SIZE = 16 << 20
 BUCKET = "bench"
@@ -44,9 +46,14 @@ def _serve(root: str, ready, stop) -> None:
 def _clients(http_url: str, s3_url: str) -> dict:
     import boto3
     import fsspec
-    import s3fs
 
     from robo_resume.remote import open_store
+
+    try:
+        import s3fs
+    except ImportError:
+        s3fs = None
+        print("s3fs is not installed (pip install s3fs): its rows are left out", file=sys.stderr)
 
     os.environ.update(
         AWS_ACCESS_KEY_ID="testing",
@@ -56,7 +63,11 @@ def _clients(http_url: str, s3_url: str) -> dict:
     )
     ob_s3 = open_store(f"s3://{BUCKET}")
     ob_http = open_store(http_url)
-    fs3 = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": s3_url})
+    fs3 = (
+        s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": s3_url})
+        if s3fs
+        else None
+    )
     fhttp = fsspec.filesystem("http")
     b3 = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1")
 
@@ -69,10 +80,13 @@ def _clients(http_url: str, s3_url: str) -> dict:
             f.seek(start)
             return f.read(end - start)
 
-    return {
-        ("S3", "obstore (robo_resume)"): lambda s, e: ob_s3.get_range("blob.bin", s, e),
+    s3fs_rows = {
         ("S3", "s3fs cat_file"): lambda s, e: fs3.cat_file(f"{BUCKET}/blob.bin", start=s, end=e),
         ("S3", "s3fs open+read"): s3fs_open,
+    }
+    return {
+        ("S3", "obstore (robo_resume)"): lambda s, e: ob_s3.get_range("blob.bin", s, e),
+        **(s3fs_rows if fs3 is not None else {}),
         ("S3", "boto3 get_object"): boto,
         ("HTTP", "obstore (robo_resume)"): lambda s, e: ob_http.get_range("blob.bin", s, e),
         ("HTTP", "fsspec cat_file"): lambda s, e: fhttp.cat_file(
@@ -84,7 +98,11 @@ def _clients(http_url: str, s3_url: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="10 requests a row (the test)")
+    parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.requests = 10
     print(describe_machine())
     blob = random.Random(0).randbytes(SIZE)
     with tempfile.TemporaryDirectory() as root:
@@ -110,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                         [
                             proto,
                             name,
-                            f"{size >> 10} KiB",
-                            f"{cpu / args.requests * 1e3:.2f}",
-                            f"{wall / args.requests * 1e3:.2f}",
+                            size >> 10,
+                            round(cpu / args.requests * 1e3, 3),
+                            round(wall / args.requests * 1e3, 3),
                         ]
                     )
         finally:
@@ -121,7 +139,20 @@ def main(argv: list[str] | None = None) -> int:
             if server.is_alive():
                 server.terminate()
     print(f"{args.requests} ranged reads per row; client CPU and wall time per read, in ms")
-    print_table(["store", "client", "range", "CPU ms", "wall ms"], rows)
+    print_table(
+        ["store", "client", "range", "CPU ms", "wall ms"],
+        [[p, n, f"{k} KiB", f"{c:.2f}", f"{w:.2f}"] for p, n, k, c, w in rows],
+    )
+    if args.json:
+        keys = ["store", "client", "range_kib", "cpu_ms", "wall_ms"]
+        write_json(
+            args.json,
+            {
+                "benchmark": "remote_clients",
+                "requests": args.requests,
+                "rows": [dict(zip(keys, r, strict=True)) for r in rows],
+            },
+        )
     return 0
 
 
