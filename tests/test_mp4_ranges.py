@@ -203,6 +203,22 @@ def test_chunk_decodes_like_the_whole_file(name, open50, written, capsys):
         )
 
 
+@pytest.mark.parametrize("name", ["open50", "pyav_av1"])
+def test_plain_pieces_suffice_without_reordering(name, open50, written):
+    """Without eof_span (no flush at the end of the span), one decoder thread and no
+    reordering (reorder_depth 0): the span alone holds what the decoder reads."""
+    if name not in written and name != "open50":
+        pytest.skip(f"{name}: no AV1 encoder in this PyAV build")
+    path = _open50_file(open50) if name == "open50" else written[name]
+    table, data = _table(path), path.read_bytes()
+    assert table.reorder_depth == 0
+    for first, stop in _chunks(table):
+        f = RangedFile(table.size, [(s, data[s:e]) for s, e in table.pieces(first, stop)])
+        assert np.array_equal(
+            _decode(f, table, first, stop, 1), _decode(str(path), table, first, stop, 1)
+        )
+
+
 def test_open50_chunks_of_64_frames(open50, capsys):
     """Every 64-frame chunk of every open50 file: pieces inside the file and at most 1 MB,
     a median near lerobot's 7.7 KB a frame; three chunks decode identically."""

@@ -13,19 +13,31 @@ An mp4 (ISO BMFF) file is a sequence of top-level boxes (``ftyp``, ``moov``, ``m
    through a ``read(start, end)`` callback, so the file can be remote; the spans read are
    recorded in :attr:`SampleTable.spans_read`.
 2. :meth:`SampleTable.frame_range_bytes` gives the one byte span holding every sample needed to
-   decode frames ``[first, stop)`` (presentation order): from the keyframe at or before the
-   first one through the last needed sample plus :attr:`SampleTable.reorder_depth` samples (a
-   decoder emits a frame only after that many further samples, computed from ``ctts``) plus
-   ``decoder_delay`` (a frame-threaded FFmpeg decoder with ``n`` threads holds ``n - 1`` more).
-   One span, not one per mp4 chunk: the demuxer also reads the other tracks' samples
-   interleaved between them.
+   decode frames ``[first, stop)`` (presentation order, sorted by ``pts = dts + ctts``): from
+   the keyframe at or before the first one (decode order) through the last needed sample plus
+   :attr:`SampleTable.reorder_depth` samples, computed from ``ctts``: the most samples decoded
+   before a frame and shown after it (0 for open50's mpeg4 and lerobot's AV1, 1 for x264 with
+   two B-frames, 2 with a b-pyramid). One span, not one per mp4 chunk: the demuxer also reads
+   the other tracks' samples interleaved between them, and a seek moves every track, so the
+   span also starts early enough for the other tracks' samples at the keyframe's time.
 3. :class:`RangedFile` is a seekable read-only file object over the fetched pieces that PyAV
    opens (``av.open(RangedFile(...))``); a read starting outside them raises
-   :class:`~robo_resume.errors.BytesNotHeldError`. :meth:`SampleTable.open_spans` is what
-   FFmpeg reads to open the file: the top-level boxes other than ``mdat`` (whole: ``ftyp``,
-   ``moov``, ...), the ``mdat`` header, and the first :data:`PROBE_SAMPLES` samples of the
-   ``mdat`` (``avformat_find_stream_info`` demuxes and decodes the first packets to learn the
-   pixel format before any seek).
+   :class:`~robo_resume.errors.BytesNotHeldError`, a read reaching the end of a piece stops
+   there (a short read). :meth:`SampleTable.chunk_file` fetches :meth:`SampleTable.pieces` and
+   declares the rest of the ``mdat`` after the span the end of the file (``eof_span``).
+
+What FFmpeg reads (PyAV 15, FFmpeg 7, measured by logging a file object's reads; see
+tests/test_mp4_ranges.py): to open an mp4 whose ``moov`` is at the end, the first 32 KiB (the
+format probe needs 2 KiB of them), the ``moov``, then from the start of the ``mdat`` the first
+packet of each stream (``avformat_find_stream_info`` decodes it; for a 64x48 x264 stream it
+read every packet, so such tiny files are best fetched whole). :meth:`SampleTable.open_spans`
+holds exactly that. A forward jump of at most 64 KiB (its 32 KiB buffer plus its 32 KiB
+short-seek threshold) is read through instead of seeked, so :meth:`SampleTable.pieces` also
+holds holes that small. At the end of a chunk a decoder still holds frames it has not output:
+FFmpeg's h264 decoder 2 for x264's streams (the SPS's reorder, even where ``ctts`` shows 1),
+frame threads ``threads - 1`` more packets (2 with the automatic count on 2 cores). Rather than
+fetch that many more samples for every decoder setting, the ``eof_span`` makes the demuxer
+stop at the end of the span: FFmpeg flushes the decoder, which outputs every frame it holds.
 
 Only the first video track is read (a file with several video tracks: the first ``trak`` whose
 handler is ``vide``); fragmented files (``moof``/``mvex``) are refused. The file is untrusted:
@@ -64,9 +76,8 @@ HEAD_BYTES = 64 * 1024
 headers there (and a ``moov`` placed first, when small) cost no further request."""
 
 PROBE_SAMPLES = 1
-"""Samples at the start of ``mdat`` (file order) :meth:`SampleTable.open_spans` holds for
-FFmpeg's probe when opening (it decodes the first packet of each stream; the rest is slack
-for a second track whose first packet comes after the video's)."""
+"""Video samples at the start of ``mdat`` (file order) :meth:`SampleTable.open_spans` holds for
+FFmpeg's probe when opening (it decodes the first packet of each stream)."""
 
 PROBE_BYTES = 2048
 """Bytes at the start of the file FFmpeg's format probe reads at the least (its
@@ -282,7 +293,7 @@ class SampleTable:
             VideoDecodeError: no frame within the tolerance (names the nearest frame's time).
         """
         times = self.frame_times
-        j = bisect.bisect_left(times.tolist(), seconds - tolerance_s)
+        j = int(np.searchsorted(times, seconds - tolerance_s, side="left"))
         if j < len(times) and abs(times[j] - seconds) < tolerance_s:
             return j
         near = [float(times[i]) for i in (j - 1, j) if 0 <= i < len(times)]
@@ -303,14 +314,18 @@ class SampleTable:
         """The samples ``[start, stop)`` (decode order) a decoder reads to output frames
         ``[first_frame, stop_frame)``: from the keyframe at or before each of them through the
         last one's sample plus :attr:`reorder_depth` and ``decoder_delay`` samples (cut at the
-        end of the track, where the decoder is flushed instead).
+        end of the track). Closed GOPs are assumed (what x264, SVT-AV1 and FFmpeg's mpeg4
+        write by default): a frame shown before its keyframe but decoded after it would need
+        the previous GOP too.
 
         Args:
             first_frame: first frame wanted (presentation order).
             stop_frame: one past the last frame wanted, ``first_frame < stop_frame <=``
                 :attr:`num_frames`.
-            decoder_delay: further samples the decoder holds back (FFmpeg's frame threading:
-                ``thread_count - 1``; 0 for one decoding thread).
+            decoder_delay: further samples for a decoder that is not flushed at the end of
+                the span (frame threads hold ``threads - 1`` packets; FFmpeg's h264 decoder
+                holds its SPS's reorder count of later-shown pictures, which may take more
+                samples than that); 0 with :meth:`chunk_file`, whose end flushes it.
 
         Returns:
             ``(start, stop)`` sample numbers.
