@@ -359,3 +359,24 @@ def test_frame_range_arguments_checked(open50):
         table.frame_range_bytes(0, 5, decoder_delay=-1)
     with pytest.raises(ValueError, match=r"<= 427"):
         table.frame_range_bytes(0, table.num_frames + 1)
+
+
+@pytest.mark.parametrize("name", ["open50", "h264_bf3_pyramid"])
+def test_video_reader_reads_a_ranged_file(name, open50, written):
+    """VideoReader(path, file=table.chunk_file(...)) gives frames_at's pixels of the whole file
+    (its seek, tolerance and default decoder threads), twice (a reopen reads from the start)."""
+    from robo_resume.format.video import VideoReader
+
+    path = _open50_file(open50) if name == "open50" else written[name]
+    table, data = _table(path), path.read_bytes()
+    k = int(table.keyframes[2])
+    for first, stop in [(k + 1, k + 40), (table.num_frames - 30, table.num_frames)]:
+        times = table.frame_times[first:stop]
+        with VideoReader(path) as whole:
+            want = whole.frames_at(times)
+        f = table.chunk_file(first, stop, lambda a, b: data[a:b])
+        reader = VideoReader(path, file=f)
+        for opened in (1, 2):
+            assert np.array_equal(reader.frames_at(times), want)
+            assert reader.seeks == opened  # one seek per open: no fallback to frame 0
+            reader.close()
