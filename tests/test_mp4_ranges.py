@@ -1,7 +1,7 @@
-"""Byte ranges of mp4 chunks (robo_resume/format/mp4_ranges.py): the sample tables agree with
-FFmpeg's demuxer, and decoding a chunk from a RangedFile holding only the computed pieces gives
-the pixels of a decode of the whole file (open50's mpeg4, AV1 written by lerobot and by PyAV,
-h264 with B-frames, a file whose first track is audio)."""
+"""Byte ranges of mp4 chunks (robo_resume/format/mp4_ranges.py, ranged_file.py): the sample
+tables agree with FFmpeg's demuxer, and decoding a chunk from a RangedFile holding only the
+computed pieces gives the pixels of a decode of the whole file (open50's mpeg4, AV1 written by
+lerobot and by PyAV, h264 with B-frames, a file whose first track is audio)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,8 @@ import pytest
 
 from robo_resume.errors import BytesNotHeldError, CorruptFileError, VideoDecodeError
 from robo_resume.format import load_metadata
-from robo_resume.format.mp4_ranges import (
-    READ_THROUGH,
-    RangedFile,
-    SampleTable,
-    merge_spans,
-    read_sample_table,
-)
+from robo_resume.format.mp4_ranges import READ_THROUGH, SampleTable, read_sample_table
+from robo_resume.format.ranged_file import RangedFile, merge_spans
 
 TOL = 1e-4  # VideoReader's default tolerance_s
 

@@ -131,7 +131,7 @@ class VideoReader:
             map: :meth:`frames_at` then gives float32 millimetres, one channel.
         file: a seekable binary file object to read instead of opening ``path`` (which then
             only names the file in messages), e.g. a
-            :class:`~robo_resume.format.mp4_ranges.RangedFile` of fetched pieces; each
+            :class:`~robo_resume.format.ranged_file.RangedFile` of fetched pieces; each
             (re)open reads it from its start.
 
     Not thread-safe. Picklable while closed (and without ``file``); :meth:`close` releases the
