@@ -25,7 +25,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -129,8 +129,13 @@ class VideoReader:
         episode: only used in error messages.
         depth: the camera's :class:`~robo_resume.format.depth.DepthCodec` when it is a depth
             map: :meth:`frames_at` then gives float32 millimetres, one channel.
+        file: a seekable binary file object to read instead of opening ``path`` (which then
+            only names the file in messages), e.g. a
+            :class:`~robo_resume.format.ranged_file.RangedFile` of fetched pieces; each
+            (re)open reads it from its start.
 
-    Not thread-safe. Picklable while closed; :meth:`close` releases the container.
+    Not thread-safe. Picklable while closed (and without ``file``); :meth:`close` releases the
+    container.
     """
 
     def __init__(
@@ -142,8 +147,10 @@ class VideoReader:
         seek_threshold_s: float = 2.0,
         episode: int | None = None,
         depth: DepthCodec | None = None,
+        file: BinaryIO | None = None,
     ) -> None:
         self.path = Path(path)
+        self.file = file
         self.depth = depth
         self.threads = threads
         self.cache_frames = max(int(cache_frames), 0)
@@ -198,12 +205,19 @@ class VideoReader:
                 self._ahead.clear()
 
     # -- opening ---------------------------------------------------------------------------
+    def _source(self) -> str | BinaryIO:
+        """What ``av.open`` reads: the file object from its start, else the path."""
+        if self.file is None:
+            return str(self.path)
+        self.file.seek(0)
+        return self.file
+
     def _open(self) -> InputContainer:
         if self._container is not None:
             return self._container
         import av
 
-        if not self.path.is_file():
+        if self.file is None and not self.path.is_file():
             raise MissingFileError(
                 describe(
                     "A video file is missing",
@@ -216,7 +230,7 @@ class VideoReader:
                 )
             )
         try:
-            container = av.open(str(self.path))
+            container = av.open(self._source(), "r")
         except Exception as exc:  # av.error.InvalidDataError, EOFError, ...
             raise CorruptFileError(
                 describe(
@@ -313,7 +327,7 @@ class VideoReader:
         """Times (seconds) of the keyframes, read from packets without decoding."""
         import av
 
-        with av.open(str(self.path)) as c:
+        with av.open(self._source(), "r") as c:
             s = c.streams.video[0]
             tb = float(s.time_base) if s.time_base else 0.0
             times = sorted(
