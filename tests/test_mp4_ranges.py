@@ -358,9 +358,23 @@ def test_frame_range_arguments_checked(open50):
 
 @pytest.mark.parametrize("name", ["open50", "h264_bf3_pyramid"])
 def test_video_reader_reads_a_ranged_file(name, open50, written):
-    """VideoReader(path, file=table.chunk_file(...)) gives frames_at's pixels of the whole file
-    (its seek, tolerance and default decoder threads), twice (a reopen reads from the start)."""
+    """VideoReader(path, files=...) over table.chunk_file(...) gives frames_at's pixels of the
+    whole file (its seek, tolerance and default decoder threads), twice (a reopen opens the
+    pieces again)."""
     from robo_resume.format.video import VideoReader
+
+    class Pieces:  # a FileAccess serving the chunk's pieces
+        def __init__(self, make):
+            self.make = make
+
+        def is_file(self, path):
+            return True
+
+        def open(self, path):
+            return self.make()
+
+        def where(self, path):
+            return path
 
     path = _open50_file(open50) if name == "open50" else written[name]
     table, data = _table(path), path.read_bytes()
@@ -369,8 +383,8 @@ def test_video_reader_reads_a_ranged_file(name, open50, written):
         times = table.frame_times[first:stop]
         with VideoReader(path) as whole:
             want = whole.frames_at(times)
-        f = table.chunk_file(first, stop, lambda a, b: data[a:b])
-        reader = VideoReader(path, file=f)
+        pieces = Pieces(lambda a=first, b=stop: table.chunk_file(a, b, lambda x, y: data[x:y]))
+        reader = VideoReader(path, files=pieces)
         for opened in (1, 2):
             assert np.array_equal(reader.frames_at(times), want)
             assert reader.seeks == opened  # one seek per open: no fallback to frame 0
