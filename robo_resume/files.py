@@ -23,6 +23,7 @@ from .errors import CorruptFileError, MissingFileError, RoboResumeError, describ
 from .format.file_access import LOCAL, FileAccess
 from .format.metadata import DatasetMeta, load_metadata
 from .format.tabular import ParquetTable
+from .remote.files import is_remote, remote_meta
 
 __all__ = ["FileCheck", "FileProblem", "check_files", "readable_episodes"]
 
@@ -131,13 +132,19 @@ def check_files(
     Nothing is decoded; each file is opened once however many episodes share it.
 
     Args:
-        source: a dataset root or its :class:`DatasetMeta`.
+        source: a dataset root, a remote dataset's URL (``hf://``, ``s3://``, ``gs://``,
+            ``https://``), or its :class:`DatasetMeta`.
         episodes: the episode indices to check; None: all.
 
     Returns:
         A :class:`FileCheck`: the checked and readable episodes and the files that failed.
     """
-    meta = source if isinstance(source, DatasetMeta) else load_metadata(source)
+    if isinstance(source, DatasetMeta):
+        meta = source
+    elif is_remote(source):
+        meta = remote_meta(str(source))
+    else:
+        meta = load_metadata(source)
     chosen = (
         tuple(e.episode_index for e in meta.episodes)
         if episodes is None
@@ -187,7 +194,8 @@ def readable_episodes(
     are opened, not decoded (see :func:`check_files`).
 
     Args:
-        source: a dataset root or its :class:`DatasetMeta`.
+        source: a dataset root, a remote dataset's URL (``hf://``, ``s3://``, ``gs://``,
+            ``https://``), or its :class:`DatasetMeta`.
         episodes: the episode indices to check; None: all.
 
     Returns:

@@ -16,7 +16,13 @@ pytest.importorskip("moto")
 from remote_servers import FolderServer, HubServer, S3Server
 from test_batches import assert_same_batches
 
-from robo_resume import ChunkedEpisodeDataset, MissingFileError, WorkerStartError
+from robo_resume import (
+    ChunkedEpisodeDataset,
+    MissingFileError,
+    WorkerStartError,
+    readable_episodes,
+)
+from robo_resume.dataset import SKIPPED_KEY
 from robo_resume.remote.files import RemoteFiles, is_remote
 
 BUCKET = "bucket"
@@ -136,6 +142,16 @@ def test_a_missing_remote_file_names_its_url(env, small, tmp_path):
         text = str(err.value)
         assert f"{server.url}/videos/observation.images.cam1/chunk-000/file-001.mp4" in text
         assert "episode" in text
+        # the library's answers work as for the local copy: readable episodes, on_error="skip"
+        assert readable_episodes(server.url) == readable_episodes(copy) == (0, 1, 4)
+        ours, theirs = batches(server.url, on_error="skip"), batches(copy, on_error="skip")
+        for a, b in zip(ours, theirs, strict=True):  # skip records name the URL, not the path
+            for rec in a.get(SKIPPED_KEY, []):
+                assert rec.pop("file").startswith(server.url) and server.url in rec.pop("error")
+            for rec in b.get(SKIPPED_KEY, []):
+                rec.pop("file"), rec.pop("error")
+        assert_same_batches(ours, theirs)
+        assert any(b.get(SKIPPED_KEY) for b in theirs)
     finally:
         server.stop()
 
