@@ -33,6 +33,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .errors import describe
+from .format.file_access import LOCAL
 from .format.metadata import DatasetMeta, load_metadata
 from .hub import resolve_dataset
 from .index.elastic import Layout, Level
@@ -42,6 +43,7 @@ from .index.start import StartPoint
 from .items import ItemBuilder, ItemOptions
 from .items.names import check_renames, dataset_keys, renamed
 from .keys import CURSOR_KEY, SKIPPED_KEY
+from .remote.files import is_remote, remote_meta
 from .source import DataSource, as_source
 from .splits import selected_episode_array
 from .state.fingerprint import expected_for
@@ -215,7 +217,9 @@ class ChunkedEpisodeDataset(IterableDataset):
             )
         features = src.selection()
         if meta is None:
-            if src.repo_id is not None or src.root is None:
+            if is_remote(src.root):
+                meta = remote_meta(str(src.root), revision=src.revision)
+            elif src.repo_id is not None or src.root is None:
                 _, meta = resolve_dataset(
                     src.repo_id,
                     root=src.root,
@@ -689,7 +693,9 @@ class ChunkedEpisodeDataset(IterableDataset):
 
         Workers start with the method you choose: ``multiprocessing_context="fork"``,
         ``"spawn"``, ``"forkserver"`` or a context; without one, torch's default (``fork`` on
-        Linux), or :data:`WORKER_START_METHOD` when set. ``fork`` is safe also after this process
+        Linux), or :data:`WORKER_START_METHOD` when set; a remote dataset's workers start in
+        :func:`~robo_resume.worker_context`'s forkserver (its store's network client does not
+        survive a fork, and ``fork`` is refused). ``fork`` is safe also after this process
         decoded video or read parquet (inherited decoders are dropped in the worker, see
         ``robo_resume.format.video``) and starts fastest. ``spawn`` and ``forkserver`` workers
         import the main script again and receive the dataset by pickle (its metadata, plan and
@@ -729,8 +735,11 @@ class ChunkedEpisodeDataset(IterableDataset):
                     )
                 )
         self.fingerprint  # noqa: B018 (computed once here, so that no worker hashes the plan again)
-        if num_workers > 0 and "multiprocessing_context" not in kwargs and WORKER_START_METHOD:
-            kwargs["multiprocessing_context"] = worker_context(WORKER_START_METHOD)
+        if num_workers > 0 and "multiprocessing_context" not in kwargs:
+            # a remote store's client does not survive a fork: its workers start in a forkserver
+            method = WORKER_START_METHOD or ("forkserver" if self.meta.files is not LOCAL else None)
+            if method:
+                kwargs["multiprocessing_context"] = worker_context(method)
         if "collate_fn" in kwargs and stateful:
             raise ValueError(
                 describe(

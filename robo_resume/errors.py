@@ -16,6 +16,7 @@ import numpy as np
 
 __all__ = [
     "BROKEN_DATA_ERRORS",
+    "BytesNotHeldError",
     "CorruptFileError",
     "DatasetFormatError",
     "MetadataMismatchError",
@@ -119,6 +120,14 @@ class MetadataMismatchError(DatasetFormatError):
 
 class CorruptFileError(DatasetFormatError):
     """A parquet or video file exists but cannot be read (truncated, corrupt, wrong content)."""
+
+
+class BytesNotHeldError(RoboResumeError, OSError):
+    """A read of a partly fetched file starts at a byte that was not fetched.
+
+    Raised by ``format.mp4_ranges.RangedFile``: the pieces fetched for the frames decoded were
+    too few or wrong.
+    """
 
 
 class MissingFileError(RoboResumeError, FileNotFoundError):

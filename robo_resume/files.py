@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CorruptFileError, MissingFileError, RoboResumeError, describe
+from .format.file_access import LOCAL, FileAccess
 from .format.metadata import DatasetMeta, load_metadata
 from .format.tabular import ParquetTable
+from .remote.files import is_remote, remote_meta
 
 __all__ = ["FileCheck", "FileProblem", "check_files", "readable_episodes"]
 
@@ -69,7 +71,7 @@ class FileCheck:
         )
 
 
-def _open_video(path: Path, episode: int) -> None:
+def _open_video(path: Path, episode: int, files: FileAccess = LOCAL) -> None:
     """Open the container and find a video stream; no decoder is opened.
 
     So this process stays safe to fork DataLoader workers from (see
@@ -77,28 +79,34 @@ def _open_video(path: Path, episode: int) -> None:
     """
     import av
 
-    if not path.is_file():
+    where = files.where(path)
+    if not files.is_file(path):
         raise MissingFileError(
             describe(
                 "A video file is missing",
                 expected="the mp4 that meta/ points to",
                 found="no such file",
-                file=path,
+                file=where,
                 episode=episode,
                 fix="download the dataset's videos again, or select the readable episodes "
                 "with episodes=readable_episodes(root)",
             )
         )
+    source = files.open(path)
     try:
-        with av.open(str(path)) as container:
+        with av.open(source, mode="r") as container:
             streams = len(container.streams.video)
+        if not isinstance(source, str):
+            source.close()
+    except RoboResumeError:  # a remote read that failed for good: its own message
+        raise
     except Exception as exc:  # av.error.InvalidDataError, EOFError, ...
         raise CorruptFileError(
             describe(
                 "A video file cannot be opened",
                 expected="a readable video container",
                 found=f"{type(exc).__name__}: {exc}",
-                file=path,
+                file=where,
                 episode=episode,
                 fix="download this file again; it is probably truncated or empty",
             )
@@ -109,7 +117,7 @@ def _open_video(path: Path, episode: int) -> None:
                 "A video file has no video stream",
                 expected="one video stream",
                 found="none",
-                file=path,
+                file=where,
                 episode=episode,
                 fix="re-encode or download this file again",
             )
@@ -124,13 +132,19 @@ def check_files(
     Nothing is decoded; each file is opened once however many episodes share it.
 
     Args:
-        source: a dataset root or its :class:`DatasetMeta`.
+        source: a dataset root, a remote dataset's URL (``hf://``, ``s3://``, ``gs://``,
+            ``https://``), or its :class:`DatasetMeta`.
         episodes: the episode indices to check; None: all.
 
     Returns:
         A :class:`FileCheck`: the checked and readable episodes and the files that failed.
     """
-    meta = source if isinstance(source, DatasetMeta) else load_metadata(source)
+    if isinstance(source, DatasetMeta):
+        meta = source
+    elif is_remote(source):
+        meta = remote_meta(str(source))
+    else:
+        meta = load_metadata(source)
     chosen = (
         tuple(e.episode_index for e in meta.episodes)
         if episodes is None
@@ -152,13 +166,13 @@ def check_files(
         error = None
         try:
             if kind == "data":
-                ParquetTable(path).check_rows(rows, episode=eps[0])
+                ParquetTable(path, files=meta.files).check_rows(rows, episode=eps[0])
             else:
-                _open_video(path, eps[0])
+                _open_video(path, eps[0], meta.files)
         except (RoboResumeError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"
         if error is not None:
-            problem = "missing" if not path.is_file() else "unreadable"
+            problem = "missing" if not meta.files.is_file(path) else "unreadable"
             problems.append(FileProblem(rel, kind, problem, tuple(eps), error, cam))
             bad.update(eps)
     return FileCheck(
@@ -180,7 +194,8 @@ def readable_episodes(
     are opened, not decoded (see :func:`check_files`).
 
     Args:
-        source: a dataset root or its :class:`DatasetMeta`.
+        source: a dataset root, a remote dataset's URL (``hf://``, ``s3://``, ``gs://``,
+            ``https://``), or its :class:`DatasetMeta`.
         episodes: the episode indices to check; None: all.
 
     Returns:

@@ -96,6 +96,21 @@ def start_method(loader: DataLoader) -> str:
     return multiprocessing.get_start_method()
 
 
+def remote_url(loader: DataLoader) -> str | None:
+    """The URL of the remote dataset behind ``loader`` (or of a mix's remote source), else None."""
+    seen, todo = 0, [getattr(loader, "dataset", None)]  # the loader's source wraps the dataset
+    while todo and seen < 64:
+        d = todo.pop()
+        seen += 1
+        url = getattr(getattr(getattr(d, "meta", None), "files", None), "shown", None)
+        if isinstance(url, str):
+            return url
+        inner = getattr(d, "dataset", None)
+        todo += [inner] if inner is not None else []
+        todo += list(getattr(d, "datasets", ()) or ())
+    return None
+
+
 def check_worker_start(loader: DataLoader) -> None:
     """Raise :class:`WorkerStartError` if ``loader``'s workers cannot start; see the module doc.
 
@@ -106,6 +121,21 @@ def check_worker_start(loader: DataLoader) -> None:
     if getattr(loader, "num_workers", 0) <= 0:
         return
     method = start_method(loader)
+    remote = remote_url(loader)
+    if method == "fork" and remote is not None:
+        raise WorkerStartError(
+            describe(
+                "The DataLoader workers of a remote dataset cannot be forked: the network "
+                "client of its store (obstore's runtime) does not survive a fork, and forked "
+                "workers would hang on their first read",
+                expected="multiprocessing_context='forkserver' or 'spawn' (a remote dataset's "
+                "dataloader() uses robo_resume.worker_context(), a forkserver, by default)",
+                found="multiprocessing_context='fork'",
+                file=remote,
+                fix="drop multiprocessing_context=, or pass "
+                "multiprocessing_context=robo_resume.worker_context()",
+            )
+        )
     if method == "fork":
         return
     where = _unguarded_start()
@@ -119,7 +149,12 @@ def check_worker_start(loader: DataLoader) -> None:
                 found=f"workers started at line {where[1]}, outside such a guard",
                 file=where[0],
                 fix="put the training code in a function called under `if __name__ == "
-                '"__main__":`, or start the workers with multiprocessing_context="fork" (Linux)',
+                '"__main__":`'
+                + (
+                    ""
+                    if remote is not None  # a remote dataset's workers cannot be forked
+                    else ', or start the workers with multiprocessing_context="fork" (Linux)'
+                ),
             )
         )
     for name, obj in _candidates(loader):

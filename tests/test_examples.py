@@ -111,3 +111,15 @@ def test_accelerate_example_and_the_pitfall(tmp_path):
     total = 31 + 44 + 27 + 38
     assert sorted(plain) == list(range(total)) and set(plain.values()) == {1}
     assert sum(prepared.values()) < total / 2 + 8  # accelerate re-sharded: frames lost
+
+
+@pytest.mark.slow(8)
+def test_remote_dataset_example(tmp_path, monkeypatch):
+    """The example serves a generated dataset over loopback HTTP, streams it with 2 forkserver
+    workers, resumes on 1 worker and checks the frames against the local folder."""
+    pytest.importorskip("obstore")
+    monkeypatch.setenv("ROBO_RESUME_CACHE", str(tmp_path / "cache"))
+    r = run(EXAMPLES / "remote_dataset.py")
+    assert "streamed 5 batches from http://127.0.0.1:" in r.stdout
+    assert "resumed on 1 worker: 96 frames left of the epoch" in r.stdout
+    assert "the same frames as the local folder, in the same order" in r.stdout

@@ -58,7 +58,7 @@ def keyframe_cuts(
     if auto and len(episodes):  # a dataset without its videos: decided in O(1)
         e = int(episodes[0])
         path = inside_root(meta.root, meta.episode(e).videos[cam].path, episode=e)
-        if not path.is_file():
+        if not meta.files.is_file(path):
             logger.debug("cut_at_keyframes=None: %s is missing, chunks are not cut", path)
             return None
     rows, _ = meta.columns.positions(episodes)
@@ -80,7 +80,7 @@ def keyframe_cuts(
         e = int(episodes[at])
         path = inside_root(meta.root, video.paths[code], episode=e)
         try:
-            keys = keyframe_frames(path, fps, episode=e)
+            keys = keyframe_frames(path, fps, episode=e, files=meta.files)
         except (OSError, RoboResumeError) as exc:
             if not auto:
                 raise

@@ -128,7 +128,7 @@ def _refuse(where: Mapping[str, Any], found: str, expected: str) -> NoReturn:
 
 
 def language_column(
-    column: Any, *, name: str, file: Path, first_row: int = 0, episode: int | None = None
+    column: Any, *, name: str, file: str | Path, first_row: int = 0, episode: int | None = None
 ) -> np.ndarray:
     """Convert a pyarrow language column to the values ``LeRobotDataset`` items hold.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from ..errors import (
     describe,
 )
 from .episode_table import EpisodeInfo, Episodes, EpisodeTable, VideoRef
+from .file_access import LOCAL, FileAccess
 from .language import is_language_column
 
 __all__ = ["REQUIRED_COLUMNS", "SUPPORTED_VERSIONS", "DatasetMeta", "EpisodeInfo", "VideoRef"]
@@ -81,6 +82,9 @@ class DatasetMeta:
         stats: meta/stats.json as read (empty without one).
         dropped: the features left out by :meth:`select` (never opened or decoded); the
             fingerprint still counts them, since they do not change which frames a run reads.
+        files: where the data and video files below ``root`` are read from
+            (:data:`~robo_resume.format.file_access.LOCAL`, or a remote dataset's store, whose
+            ``root`` is a local copy of its ``meta/``).
     """
 
     root: Path
@@ -93,6 +97,7 @@ class DatasetMeta:
     info: Mapping[str, Any]
     stats: Mapping[str, Any]
     dropped: tuple[str, ...] = ()
+    files: FileAccess = field(default=LOCAL, compare=False, repr=False)
 
     def select(self, features: Any) -> DatasetMeta:
         """This metadata without the features not selected: they are never opened or decoded.

@@ -21,7 +21,7 @@ entry count against its box size before anything is allocated; a box that does n
 
 from __future__ import annotations
 
-import os
+import io
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +29,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import CorruptFileError, describe
+from .file_access import LOCAL, FileAccess
 
 __all__ = ["keyframe_frames", "mp4_keyframe_samples"]
 
@@ -39,7 +40,7 @@ class _Unsupported(Exception):
     """The index cannot answer (fragmented file, no video track): demux instead."""
 
 
-def _corrupt(path: Path, what: str, found: str) -> CorruptFileError:
+def _corrupt(path: str | Path, what: str, found: str) -> CorruptFileError:
     return CorruptFileError(
         describe(
             "The mp4 index of a video file is damaged",
@@ -51,7 +52,7 @@ def _corrupt(path: Path, what: str, found: str) -> CorruptFileError:
     )
 
 
-def _header(path: Path, head: bytes, at: int, end: int) -> tuple[bytes, int, int]:
+def _header(path: str | Path, head: bytes, at: int, end: int) -> tuple[bytes, int, int]:
     """``(type, payload start, box end)`` of the box whose first 16 bytes (or fewer, at the
     end) are ``head``, at offset ``at`` of a parent ending at ``end``; sizes checked."""
     if len(head) < 8:
@@ -74,7 +75,7 @@ def _header(path: Path, head: bytes, at: int, end: int) -> tuple[bytes, int, int
     return kind, payload, at + size
 
 
-def _file_boxes(f: BinaryIO, path: Path, size: int):
+def _file_boxes(f: BinaryIO | io.RawIOBase, path: str | Path, size: int):
     """The top-level boxes of the file (a header read per box, the payloads skipped)."""
     at = 0
     while at < size:
@@ -84,7 +85,7 @@ def _file_boxes(f: BinaryIO, path: Path, size: int):
         at = end
 
 
-def _boxes(buf: bytes, path: Path, start: int, end: int, base: int):
+def _boxes(buf: bytes, path: str | Path, start: int, end: int, base: int):
     """``(type, payload start, box end)`` of each box in ``buf[start:end]`` (offsets in the
     file are ``base +`` those in ``buf``, for messages)."""
     at = start
@@ -95,7 +96,7 @@ def _boxes(buf: bytes, path: Path, start: int, end: int, base: int):
 
 
 def _child(
-    buf: bytes, path: Path, start: int, end: int, base: int, kind: bytes
+    buf: bytes, path: str | Path, start: int, end: int, base: int, kind: bytes
 ) -> tuple[int, int] | None:
     for k, p, e in _boxes(buf, path, start, end, base):
         if k == kind:
@@ -103,7 +104,7 @@ def _child(
     return None
 
 
-def _field(buf: bytes, path: Path, box: tuple[int, int], offset: int, kind: str) -> int:
+def _field(buf: bytes, path: str | Path, box: tuple[int, int], offset: int, kind: str) -> int:
     """The big-endian uint32 at ``offset`` of a box's payload."""
     p, e = box
     if e - p < offset + 4:
@@ -111,7 +112,9 @@ def _field(buf: bytes, path: Path, box: tuple[int, int], offset: int, kind: str)
     return struct.unpack_from(">I", buf, p + offset)[0]
 
 
-def _video_stbl(buf: bytes, path: Path, trak: tuple[int, int], base: int) -> tuple[int, int] | None:
+def _video_stbl(
+    buf: bytes, path: str | Path, trak: tuple[int, int], base: int
+) -> tuple[int, int] | None:
     """The ``stbl`` box of ``trak`` if it is a video track (``hdlr`` handler ``vide``)."""
     mdia = _child(buf, path, *trak, base, b"mdia")
     if mdia is None:
@@ -123,8 +126,8 @@ def _video_stbl(buf: bytes, path: Path, trak: tuple[int, int], base: int) -> tup
     return None if minf is None else _child(buf, path, *minf, base, b"stbl")
 
 
-def _read_samples(f: BinaryIO, path: Path) -> np.ndarray:
-    size = os.fstat(f.fileno()).st_size
+def _read_samples(f: BinaryIO | io.RawIOBase, path: str | Path) -> np.ndarray:
+    size = f.seek(0, io.SEEK_END)  # a local file or a remote one (no fileno)
     moov = None
     for kind, p, e in _file_boxes(f, path, size):
         if kind == b"moof":
@@ -170,7 +173,7 @@ def _read_samples(f: BinaryIO, path: Path) -> np.ndarray:
     return samples
 
 
-def mp4_keyframe_samples(path: str | Path) -> np.ndarray | None:
+def mp4_keyframe_samples(path: str | Path, *, files: FileAccess = LOCAL) -> np.ndarray | None:
     """0-based numbers (decode order) of the keyframe samples of the first video track of the
     mp4 file ``path``, from its ``stss`` box (all samples when there is none), as a sorted
     int64 array; None when the index cannot tell (not an mp4, fragmented, no video track).
@@ -178,16 +181,21 @@ def mp4_keyframe_samples(path: str | Path) -> np.ndarray | None:
     Raises :class:`~robo_resume.errors.CorruptFileError` (naming the file and the box) for a
     box that does not fit in its parent or the file, an entry count beyond its box, or sample
     numbers out of order; OSError (FileNotFoundError, ...) when the file cannot be opened.
+    ``files``: where the file is read from (a remote dataset's store reads the few byte ranges
+    of its boxes and its ``moov``).
     """
     path = Path(path)
-    with open(path, "rb") as f:
+    source = files.open(path)
+    with open(source, "rb") if isinstance(source, str) else source as f:
         try:
-            return _read_samples(f, path)
+            return _read_samples(f, files.where(path))
         except _Unsupported:
             return None
 
 
-def keyframe_frames(path: str | Path, fps: float, *, episode: int | None = None) -> np.ndarray:
+def keyframe_frames(
+    path: str | Path, fps: float, *, episode: int | None = None, files: FileAccess = LOCAL
+) -> np.ndarray:
     """Frame numbers (0-based, of the whole file) of the keyframes of the video ``path``.
 
     From the mp4 index (:func:`mp4_keyframe_samples`: sample ``i`` is frame ``i``); when it
@@ -195,20 +203,20 @@ def keyframe_frames(path: str | Path, fps: float, *, episode: int | None = None)
     CorruptFileError naming the file (and ``episode``) when neither works, OSError when the file
     cannot be opened.
     """
-    samples = mp4_keyframe_samples(path)
+    samples = mp4_keyframe_samples(path, files=files)
     if samples is not None:
         return samples
     from .video import VideoReader
 
     try:
-        times = VideoReader(Path(path), episode=episode).keyframe_times()
+        times = VideoReader(Path(path), episode=episode, files=files).keyframe_times()
     except Exception as exc:  # av.error.*, or IndexError for a file without a video stream
         raise CorruptFileError(
             describe(
                 "The keyframes of a video file cannot be read",
                 expected="an mp4 with a video stream (its index, or packets to demux)",
                 found=f"{type(exc).__name__}: {exc}",
-                file=path,
+                file=files.where(Path(path)),
                 episode=episode,
                 fix="download this file again, or pass StreamTuning(cut_at_keyframes=False)",
             )

@@ -15,7 +15,7 @@ __all__ = ["column_to_numpy"]
 
 
 def column_to_numpy(
-    column, *, name: str, file: Path, first_row: int = 0, episode: int | None = None
+    column, *, name: str, file: str | Path, first_row: int = 0, episode: int | None = None
 ) -> np.ndarray:
     """Convert a pyarrow column to numpy: scalars 1-D, fixed or variable lists 2-D, lists of
     lists one dimension more per level (``(rows, 2, 3)`` for lerobot's ``Array2D`` feature of
@@ -29,7 +29,9 @@ def column_to_numpy(
     return _to_numpy(column, name, file, first_row, episode, 1)
 
 
-def _to_numpy(column, name: str, file: Path, first_row: int, episode, per_row: int) -> np.ndarray:
+def _to_numpy(
+    column, name: str, file: str | Path, first_row: int, episode, per_row: int
+) -> np.ndarray:
     """:func:`column_to_numpy` of one list level; ``per_row`` values of this level make one row
     of the file (1 at the top), so that an error names the file's row."""
     import pyarrow as pa
@@ -86,7 +88,9 @@ def _numpy(array) -> np.ndarray:
     return plain if plain is not None else array.to_numpy(zero_copy_only=False)
 
 
-def _refuse_null_values(values, width: int, name: str, file: Path, first_row: int, episode) -> None:
+def _refuse_null_values(
+    values, width: int, name: str, file: str | Path, first_row: int, episode
+) -> None:
     """Raise if the flattened list values of a column hold nulls (they would become NaN)."""
     if values.null_count == 0:
         return

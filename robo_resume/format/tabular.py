@@ -30,7 +30,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..errors import CorruptFileError, MetadataMismatchError, MissingFileError, describe
+from ..errors import (
+    CorruptFileError,
+    MetadataMismatchError,
+    MissingFileError,
+    RoboResumeError,
+    describe,
+)
+from .file_access import LOCAL, FileAccess
 from .language import is_language_column, is_language_type, language_column
 from .parquet_columns import column_to_numpy
 from .row_groups import RowGroupCache
@@ -107,8 +114,11 @@ class ParquetTable:
         tolerance_s: float = 1e-4,
         features: Mapping[str, Mapping[str, Any]] | None = None,
         cache: RowGroupCache | None = None,
+        files: FileAccess = LOCAL,
     ) -> None:
         self.path = Path(path)
+        self.files = files
+        self.where = files.where(self.path)  # how messages name the file (its URL if remote)
         self.cache = cache
         self.fps = fps
         self.tolerance_s = tolerance_s
@@ -131,26 +141,28 @@ class ParquetTable:
             return self._file
         import pyarrow.parquet as pq
 
-        if not self.path.is_file():
+        if not self.files.is_file(self.path):
             raise MissingFileError(
                 describe(
                     "A data file is missing",
                     expected="the parquet file that meta/ points to",
                     found="no such file",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix="download the dataset again, or select episodes whose files exist",
                 )
             )
         try:
-            f = pq.ParquetFile(self.path)
+            f = pq.ParquetFile(self.files.open(self.path))
+        except RoboResumeError:  # a remote read that failed for good: its own message
+            raise
         except Exception as exc:  # ArrowInvalid, OSError, ... for truncated or corrupt footers
             raise CorruptFileError(
                 describe(
                     "A data file is not a readable parquet file",
                     expected="a valid parquet file",
                     found=f"{type(exc).__name__}: {exc}",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix="download this file again; it is probably truncated",
                 )
@@ -175,7 +187,7 @@ class ParquetTable:
                     "Episode metadata and the data file disagree on the number of rows",
                     expected=f"at least {needed_stop} rows (from meta/episodes lengths)",
                     found=f"{self.num_rows} rows",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix="the dataset is inconsistent; download it again or rebuild its metadata",
                 )
@@ -203,7 +215,7 @@ class ParquetTable:
                     "A data file lacks columns that meta/info.json declares",
                     expected=f"columns {list(columns)}",
                     found=f"missing {missing}",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix="the file does not match meta/info.json; download the dataset again",
                 )
@@ -236,7 +248,7 @@ class ParquetTable:
                     "A data file's row groups cannot be decoded",
                     expected="readable row groups",
                     found=f"{type(exc).__name__}: {exc}",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix="download this file again",
                 )
@@ -254,13 +266,13 @@ class ParquetTable:
                     column = pc.struct_field(column, "bytes")
             if self._declared(c) == "language":  # lists of messages; null: not annotated
                 out[c] = language_column(
-                    column, name=c, file=self.path, first_row=start, episode=episode
+                    column, name=c, file=self.where, first_row=start, episode=episode
                 )
                 continue
             if column.null_count:
                 self._refuse_nulls(c, column, episode, start)
             out[c] = column_to_numpy(
-                column, name=c, file=self.path, first_row=start, episode=episode
+                column, name=c, file=self.where, first_row=start, episode=episode
             )
             if check:
                 self._check_shape(c, out[c], episode)
@@ -295,7 +307,7 @@ class ParquetTable:
                     column = table.column(c)
                     if column.null_count:
                         return None
-                    decoded[c] = column_to_numpy(column, name=c, file=self.path)
+                    decoded[c] = column_to_numpy(column, name=c, file=self.where)
             except Exception:  # the plain path reads the rows asked for and reports
                 return None
             at = 0
@@ -337,7 +349,7 @@ class ParquetTable:
                     expected="the encoded image in the 'bytes' field of every row (lerobot "
                     "embeds the files when it writes a dataset)",
                     found=f"{column.null_count} rows without bytes, the first at row {start + k}",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix="embed the images in the parquet (lerobot's writer does), or download "
                     "the file again; robo_resume reads no image files named by a path",
@@ -348,7 +360,7 @@ class ParquetTable:
                 f"A data file's column '{c}' holds nulls",
                 expected="a value in every row (lerobot fails on nulls too)",
                 found=f"{column.null_count} null rows, the first at row {start + k}",
-                file=self.path,
+                file=self.where,
                 episode=episode,
                 fix="the file is damaged or was written with missing values; download it again",
             )
@@ -372,7 +384,7 @@ class ParquetTable:
                     f"A data file's column '{c}' has another shape than meta/info.json declares",
                     expected=f"{want} values per row (shape {list(shape)})",
                     found=f"{got} values per row (shape {list(values.shape[1:])})",
-                    file=self.path,
+                    file=self.where,
                     episode=episode,
                     fix=f"set the shape of '{c}' in meta/info.json to the data's, or rewrite "
                     "the column; lerobot refuses this dataset too",
@@ -396,7 +408,7 @@ class ParquetTable:
                             expected="a list of message structs per row "
                             "(lerobot.datasets.language)",
                             found=f"arrow type {t}",
-                            file=self.path,
+                            file=self.where,
                             episode=episode,
                             fix="write the column with lerobot-annotate, or remove it with "
                             "lerobot-edit-dataset --operation.type remove_feature",
@@ -417,7 +429,7 @@ class ParquetTable:
                         if dtype
                         else "numbers, booleans or lists of them",
                         found=f"arrow type {t}",
-                        file=self.path,
+                        file=self.where,
                         episode=episode,
                         fix="the file does not match meta/info.json; download it again or "
                         f"rewrite column '{c}' with the declared dtype",
@@ -448,7 +460,7 @@ class ParquetTable:
                     "A data file's timestamps do not increase within an episode",
                     expected=f"timestamp > {ts[k - 1]:.6f} (the previous row's)",
                     found=f"timestamp {ts[k]:.6f} at row {start + k}",
-                    file=self.path,
+                    file=self.where,
                     episode=episode_of(k),
                     frame=frame_of(k) if frame_of else None,
                     fix="the timestamp column is damaged; download the file again or rewrite "
@@ -467,7 +479,7 @@ class ParquetTable:
                         expected=f"timestamp {fi[k] / self.fps:.6f} "
                         f"(frame_index {int(fi[k])} / fps {self.fps}, within {self.tolerance_s} s)",
                         found=f"timestamp {ts[k]:.6f} at row {start + k}",
-                        file=self.path,
+                        file=self.where,
                         episode=episode_of(k),
                         frame=int(fi[k]),
                         fix="video frames are looked up at timestamp; rewrite timestamp as "

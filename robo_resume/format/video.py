@@ -18,6 +18,7 @@ float32 millimetres instead (:mod:`robo_resume.format.depth`).
 from __future__ import annotations
 
 import bisect
+import io
 import itertools
 import os
 import weakref
@@ -25,7 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -33,9 +34,11 @@ from ..errors import (
     CorruptFileError,
     MetadataMismatchError,
     MissingFileError,
+    RoboResumeError,
     VideoDecodeError,
     describe,
 )
+from .file_access import LOCAL, FileAccess
 from .rgb import planar_rgb, planar_writer, row_addresses
 
 if TYPE_CHECKING:  # av is imported where a file is opened (importing robo_resume stays light)
@@ -129,6 +132,10 @@ class VideoReader:
         episode: only used in error messages.
         depth: the camera's :class:`~robo_resume.format.depth.DepthCodec` when it is a depth
             map: :meth:`frames_at` then gives float32 millimetres, one channel.
+        files: where the file is read from (:data:`~robo_resume.format.file_access.LOCAL`, or
+            a remote dataset's access, whose file objects fetch byte ranges, or one that serves
+            a :class:`~robo_resume.format.ranged_file.RangedFile` of fetched pieces); each
+            (re)open asks it for the file again.
 
     Not thread-safe. Picklable while closed; :meth:`close` releases the container.
     """
@@ -142,8 +149,11 @@ class VideoReader:
         seek_threshold_s: float = 2.0,
         episode: int | None = None,
         depth: DepthCodec | None = None,
+        files: FileAccess = LOCAL,
     ) -> None:
         self.path = Path(path)
+        self.files = files
+        self._file: BinaryIO | io.RawIOBase | None = None  # what files.open gave, if no path
         self.depth = depth
         self.threads = threads
         self.cache_frames = max(int(cache_frames), 0)
@@ -171,7 +181,7 @@ class VideoReader:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state.update(_container=None, _stream=None, _frames=None, _last_time=None)
+        state.update(_container=None, _stream=None, _frames=None, _last_time=None, _file=None)
         state["_cache"] = OrderedDict()
         state["_ahead"] = deque()
         return state
@@ -196,6 +206,17 @@ class VideoReader:
                 self._last_time = None
                 self._cache.clear()
                 self._ahead.clear()
+                self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            f, self._file = self._file, None
+            f.close()
+
+    @property
+    def where(self) -> str | Path:
+        """The file as messages name it: its path, or its URL for a remote dataset."""
+        return self.files.where(self.path)
 
     # -- opening ---------------------------------------------------------------------------
     def _open(self) -> InputContainer:
@@ -203,27 +224,34 @@ class VideoReader:
             return self._container
         import av
 
-        if not self.path.is_file():
+        if not self.files.is_file(self.path):
             raise MissingFileError(
                 describe(
                     "A video file is missing",
                     expected="the mp4 that meta/ points to",
                     found="no such file",
-                    file=self.path,
+                    file=self.where,
                     episode=self.episode,
                     fix="download the dataset's videos again, or select only episodes whose "
                     "videos exist with episodes=[...]",
                 )
             )
         try:
-            container = av.open(str(self.path))
+            source = self.files.open(self.path)
+            if not isinstance(source, str):
+                self._file = source  # closed with the container (PyAV does not close it)
+            container = av.open(source, mode="r")
+        except RoboResumeError:  # a remote read that failed for good: its own message
+            self._close_file()
+            raise
         except Exception as exc:  # av.error.InvalidDataError, EOFError, ...
+            self._close_file()
             raise CorruptFileError(
                 describe(
                     "A video file cannot be opened",
                     expected="a readable video container",
                     found=f"{type(exc).__name__}: {exc}",
-                    file=self.path,
+                    file=self.where,
                     episode=self.episode,
                     fix="download this file again; it is probably truncated or empty",
                 )
@@ -235,7 +263,7 @@ class VideoReader:
                     "A video file has no video stream",
                     expected="one video stream",
                     found="none",
-                    file=self.path,
+                    file=self.where,
                     episode=self.episode,
                     fix="re-encode or download this file again",
                 )
@@ -248,7 +276,7 @@ class VideoReader:
                     "A video file's codec is unknown to FFmpeg",
                     expected="a video stream FFmpeg can decode (LeRobot writes AV1, h264 or hevc)",
                     found="a stream without a decoder (an unknown codec tag)",
-                    file=self.path,
+                    file=self.where,
                     episode=self.episode,
                     fix="download this file again, or re-encode it with a standard codec",
                 )
@@ -303,7 +331,7 @@ class VideoReader:
                 "A video changes its frame size mid-stream",
                 expected=f"every frame {h}x{w} (height x width, the stream header's)",
                 found=f"a {frame.height}x{frame.width} frame at {t:.4f}s",
-                file=self.path,
+                file=self.where,
                 episode=self.episode,
                 fix="re-encode the video at one size (the one meta/info.json declares)",
             )
@@ -313,12 +341,17 @@ class VideoReader:
         """Times (seconds) of the keyframes, read from packets without decoding."""
         import av
 
-        with av.open(str(self.path)) as c:
-            s = c.streams.video[0]
-            tb = float(s.time_base) if s.time_base else 0.0
-            times = sorted(
-                float(p.pts * tb) for p in c.demux(s) if p.pts is not None and p.is_keyframe
-            )
+        source = self.files.open(self.path)
+        try:
+            with av.open(source, mode="r") as c:
+                s = c.streams.video[0]
+                tb = float(s.time_base) if s.time_base else 0.0
+                times = sorted(
+                    float(p.pts * tb) for p in c.demux(s) if p.pts is not None and p.is_keyframe
+                )
+        finally:
+            if not isinstance(source, str):
+                source.close()
         return times
 
     # -- decoding --------------------------------------------------------------------------
@@ -330,13 +363,15 @@ class VideoReader:
         target = max(round(t / self._time_base), 0)
         try:
             container.seek(target, stream=stream, backward=True, any_frame=False)
+        except RoboResumeError:  # a remote read that failed for good: its own message
+            raise
         except Exception as exc:
             raise CorruptFileError(
                 describe(
                     "Seeking in a video file failed",
                     expected=f"a seekable stream (seek to {t:.4f}s)",
                     found=f"{type(exc).__name__}: {exc}",
-                    file=self.path,
+                    file=self.where,
                     episode=self.episode,
                     fix="download this file again",
                 )
@@ -363,13 +398,15 @@ class VideoReader:
             frame = next(self._frames)
         except StopIteration:
             return None
+        except RoboResumeError:  # a remote read that failed for good: its own message
+            raise
         except Exception as exc:  # av.error.InvalidDataError and friends
             raise CorruptFileError(
                 describe(
                     "A video file cannot be decoded",
                     expected="decodable frames",
                     found=f"{type(exc).__name__}: {exc}",
-                    file=self.path,
+                    file=self.where,
                     episode=self.episode,
                     fix="download this file again; it is probably truncated",
                 )
@@ -689,7 +726,7 @@ class VideoReader:
                 "A requested video frame is not in the file",
                 expected=f"a frame at {ts[i]:.4f}s",
                 found=found,
-                file=self.path,
+                file=self.where,
                 episode=self.episode,
                 frame=frame,
                 fix="the video is shorter than or out of sync with the parquet timestamps; "

@@ -162,6 +162,7 @@ class ItemBuilder(DecodingThreads):
                 tolerance_s=self.options.tolerance_s,
                 features=self.meta.features,
                 cache=self._row_groups,
+                files=self.meta.files,
             )
             self._tables[ep.data_path] = t
         if ep.data_path not in self._checked:
@@ -212,6 +213,7 @@ class ItemBuilder(DecodingThreads):
             cache_frames=cache_frames,
             episode=episode,
             depth=depth,
+            files=self.meta.files,
         )
 
     def check_video(self, camera: str, reader: VideoReader) -> None:

@@ -87,6 +87,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from ..dataset import ChunkedEpisodeDataset
 from ..errors import DatasetFormatError, ResumeStateError, describe
+from ..format.file_access import LOCAL
 from ..index.schedule import Topology
 from ..index.start import StartPoint
 from ..keys import CURSOR_KEY
@@ -684,7 +685,8 @@ class MixedDataset(IterableDataset):
             num_workers=num_workers,
             options=self.datasets[0].items.options,
             visual_keys=self.camera_keys,
-            start_method=dataset.WORKER_START_METHOD,
+            start_method=dataset.WORKER_START_METHOD
+            or ("forkserver" if any(d.meta.files is not LOCAL for d in self.datasets) else None),
             **kwargs,
         )
 

@@ -1,0 +1,422 @@
+"""A remote dataset's data and video files as seekable file objects over byte ranges.
+
+:class:`RemoteFiles` is the :class:`~robo_resume.format.file_access.FileAccess` of a remote
+dataset: its metadata is the local copy of ``meta/`` that :func:`~.meta.fetch_meta` made (the
+``root`` of its :class:`~robo_resume.format.metadata.DatasetMeta`), and a data or video file
+``root / rel`` is served from the store as a :class:`RemoteFile`. pyarrow and PyAV read those
+like local files; each read becomes byte-range requests.
+
+Reads go through one block cache per process (:class:`BlockCache`), bounded by ``cache_mb``:
+
+- the file is cut in blocks of ``block_size`` bytes (64 KiB); a read fetches the blocks it
+  needs that are not cached, consecutive ones in one request;
+- sequential reads (a decoder reading on from a seek, pyarrow reading a column chunk) widen a
+  read-ahead window per file by one block per request, up to :data:`MAX_READ_AHEAD` (1 MiB), so
+  a long read costs few requests and a short one fetches little past its end; a seek elsewhere
+  starts again at one block;
+- a file of at most ``whole_file`` bytes (1 MiB) is fetched whole on its first read (REMOTE.md:
+  small parquet files are cheapest in one request);
+- the cache drops the least recently used blocks past ``cache_mb``; a dropped block is fetched
+  again if it is read again (never a wrong byte, only a request more).
+
+The store is opened lazily in each process (a DataLoader worker opens its own); a Hub dataset
+is read at the commit its metadata was fetched at. Every read is checked by the store: short
+bodies, changed files (size or ETag differs from the first response in this process) and
+failures after the retries raise the store's errors, which name the URL and the range.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MissingFileError
+
+if TYPE_CHECKING:
+    from ..format.metadata import DatasetMeta
+    from .store import ObjectInfo, RetryPolicy, Store
+
+__all__ = [
+    "BLOCK_SIZE",
+    "CACHE_MB",
+    "BlockCache",
+    "RemoteFile",
+    "RemoteFiles",
+    "TrafficStats",
+    "is_remote",
+    "remote_meta",
+]
+
+BLOCK_SIZE = 64 << 10
+"""Bytes per cached block (a read fetches whole blocks)."""
+
+CACHE_MB = 64
+"""Default bound of a process's block cache, in MB: each DataLoader worker and the main process
+hold at most this much (``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
+
+CACHE_ENV = "ROBO_RESUME_REMOTE_CACHE_MB"
+
+MAX_READ_AHEAD = 1 << 20
+"""Largest read-ahead window of sequential reads, in bytes."""
+
+WHOLE_FILE = 1 << 20
+"""Files of at most this many bytes are fetched whole on their first read."""
+
+
+@dataclass
+class TrafficStats:
+    """What a process fetched from the store, in bytes and requests.
+
+    Attributes:
+        requests: range (or whole-file) requests sent.
+        fetched_bytes: bytes received.
+        read_bytes: bytes returned to the readers (pyarrow, PyAV), repeats included.
+        heads: HEAD requests (file sizes).
+    """
+
+    requests: int = 0
+    fetched_bytes: int = 0
+    read_bytes: int = 0
+    heads: int = 0
+
+
+class BlockCache:
+    """Blocks ``(file, index) -> bytes``, least recently used dropped past ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int]) -> bytes | None:
+        """The block, marked recently used, or None."""
+        with self._lock:
+            data = self._blocks.get(key)
+            if data is not None:
+                self._blocks.move_to_end(key)
+            return data
+
+    def put(self, key: tuple[str, int], data: bytes) -> None:
+        """Keep the block, dropping the least recently used ones past the bound."""
+        with self._lock:
+            old = self._blocks.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old)
+            self._blocks[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.max_bytes and len(self._blocks) > 1:
+                _, dropped = self._blocks.popitem(last=False)
+                self._bytes -= len(dropped)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        with self._lock:
+            return self._bytes
+
+
+class RemoteFiles:
+    """The file access of a remote dataset (see the module docstring).
+
+    Args:
+        url: the dataset root (``hf://datasets/ORG/NAME``, ``s3://...``, ``gs://...``,
+            ``https://...``).
+        root: the local copy of its ``meta/`` (a :class:`~.meta.MetaCache` root): data and
+            video paths below it are served from ``url``.
+        revision: the Hub commit to read at (``hf://`` only; the one the metadata is of).
+        policy: retries and timeouts (default :class:`~.store.RetryPolicy`).
+        cache_mb: bound of this process's block cache, in MB (default :data:`CACHE_MB`).
+        block_size: bytes per block (default :data:`BLOCK_SIZE`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        root: str | Path,
+        *,
+        revision: str | None = None,
+        policy: RetryPolicy | None = None,
+        cache_mb: float = CACHE_MB,
+        block_size: int = BLOCK_SIZE,
+    ) -> None:
+        from .store import redact_url
+
+        if cache_mb <= 0 or block_size <= 0:
+            raise ValueError(f"cache_mb and block_size must be > 0, got {cache_mb}, {block_size}")
+        self.url = url
+        self.shown = redact_url(url).rstrip("/")
+        self.root = Path(root)
+        self.revision = revision
+        self.policy = policy
+        self.cache_mb = cache_mb
+        self.block_size = block_size
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._store: Store | None = None
+        self._sizes: dict[str, ObjectInfo | None] = {}
+        self._lock = threading.Lock()
+        self.cache = BlockCache(int(self.cache_mb * (1 << 20)))
+        self.stats = TrafficStats()
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("url", "shown", "root", "revision", "policy", "cache_mb", "block_size")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"RemoteFiles({self.shown!r})"
+
+    @property
+    def store(self) -> Store:
+        """This process's store (opened on first use; a forked child opens its own)."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            if self._store is None:
+                from .open import open_store
+
+                self._store = open_store(self.url, revision=self.revision, policy=self.policy)
+            return self._store
+
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the dataset root, as the store names it."""
+        return Path(path).relative_to(self.root).as_posix()
+
+    def info(self, path: Path) -> ObjectInfo | None:
+        """The file's size and ETag (one HEAD, then remembered), None if it does not exist."""
+        rel = self.rel(path)
+        if self._pid != os.getpid():
+            self._reset()
+        if rel not in self._sizes:
+            try:
+                found: ObjectInfo | None = self.store.head(rel)
+            except MissingFileError:
+                found = None
+            self.stats.heads += 1
+            self._sizes[rel] = found
+        return self._sizes[rel]
+
+    # -- FileAccess ---------------------------------------------------------------------------
+    def is_file(self, path: Path) -> bool:
+        """Whether the store has the file (a HEAD request, once per file and process)."""
+        return self.info(path) is not None
+
+    def open(self, path: Path) -> RemoteFile:
+        """A :class:`RemoteFile` of ``path``.
+
+        Raises:
+            MissingFileError: the store has no such file (naming its URL).
+        """
+        info = self.info(path)
+        if info is None:
+            self.store.head(self.rel(path))  # raises the store's MissingFileError, with the URL
+            raise AssertionError("unreachable")
+        return RemoteFile(self, self.rel(path), info.size)
+
+    def where(self, path: Path) -> str:
+        """The file's URL (credentials left out)."""
+        return f"{self.shown}/{self.rel(path)}"
+
+    # -- reads --------------------------------------------------------------------------------
+    def fetch(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``rel`` from the store (one request)."""
+        data = self.store.get_range(rel, start, end)
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.fetched_bytes += len(data)
+        return data
+
+
+class RemoteFile(io.RawIOBase):
+    """A read-only, seekable file object over a remote file's blocks (see the module docstring).
+
+    Args:
+        files: the dataset's :class:`RemoteFiles` (store, block cache, counters).
+        rel: the file's path relative to the dataset root.
+        size: its size in bytes.
+    """
+
+    def __init__(self, files: RemoteFiles, rel: str, size: int) -> None:
+        super().__init__()
+        self.files, self.rel, self.size = files, rel, size
+        self.name = files.where(files.root / rel)
+        self._pos = 0
+        self._next_block = -1  # the block after the last one read (sequential reads)
+        self._window = 1  # read-ahead, in blocks
+
+    def readable(self) -> bool:
+        """True."""
+        return True
+
+    def seekable(self) -> bool:
+        """True."""
+        return True
+
+    def tell(self) -> int:
+        """The position."""
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move the position (``whence`` as :meth:`io.IOBase.seek`); returns it."""
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise ValueError(f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: Any) -> int:
+        """Read up to ``len(buffer)`` bytes at the position into ``buffer``; 0 at the end."""
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.size - self._pos)
+        if n <= 0:
+            return 0
+        bs = self.files.block_size
+        first, last = self._pos // bs, (self._pos + n - 1) // bs
+        blocks = self._blocks(first, last)
+        out = 0
+        for i, data in zip(range(first, last + 1), blocks, strict=True):
+            a = self._pos + out - i * bs
+            take = min(len(data) - a, n - out)
+            view[out : out + take] = data[a : a + take]
+            out += take
+        self._pos += out
+        with self.files._lock:
+            self.files.stats.read_bytes += out
+        return out
+
+    def _blocks(self, first: int, last: int) -> list[bytes]:
+        """Blocks ``first..last``, fetching the missing ones (and the read-ahead) in one request
+        per run of consecutive missing blocks."""
+        bs, cache = self.files.block_size, self.files.cache
+        nblocks = -(-self.size // bs)
+        if self.size <= WHOLE_FILE:
+            want_last = nblocks - 1  # small file: all of it at once
+        else:
+            if first == self._next_block:
+                self._window = min(self._window + 1, max(MAX_READ_AHEAD // bs, 1))
+            elif not (self._next_block - 1 <= first < self._next_block):
+                self._window = 1
+            want_last = min(max(last, first + self._window - 1), nblocks - 1)
+        self._next_block = last + 1
+        got: dict[int, bytes] = {}
+        missing: list[int] = []
+        for i in range(first, want_last + 1):
+            data = cache.get((self.rel, i))
+            if data is None:
+                if i > last and missing and missing[-1] != i - 1:
+                    break  # read-ahead stops at the first cached block after the gap
+                missing.append(i)
+            else:
+                got[i] = data
+                if i > last:
+                    break  # the read-ahead reached cached blocks: they are there already
+        for a, b in _runs(missing):
+            data = self.files.fetch(self.rel, a * bs, min((b + 1) * bs, self.size))
+            for i in range(a, b + 1):
+                block = data[(i - a) * bs : (i - a + 1) * bs]
+                cache.put((self.rel, i), block)
+                got[i] = block
+        return [got[i] for i in range(first, last + 1)]
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Runs of consecutive integers ``(first, last)`` of a sorted list."""
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+REMOTE_SCHEMES = ("hf", "s3", "gs", "http", "https")
+
+
+def is_remote(root: object) -> bool:
+    """Whether ``root`` is a remote dataset URL (``hf://``, ``s3://``, ``gs://``, ``http(s)://``);
+    a :class:`~pathlib.Path` never is."""
+    if not isinstance(root, str):
+        return False
+    scheme, sep, _ = root.partition("://")
+    return bool(sep) and scheme in REMOTE_SCHEMES
+
+
+def remote_meta(
+    url: str,
+    *,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    policy: RetryPolicy | None = None,
+    cache_mb: float | None = None,
+) -> DatasetMeta:
+    """The metadata of the remote dataset at ``url``, its files served from the store.
+
+    ``meta/`` is fetched once per version into the cache (:func:`~.meta.fetch_meta`) and read
+    there; the returned metadata's ``files`` (a :class:`RemoteFiles`) reads the data and video
+    files as byte ranges, a Hub dataset at the commit its metadata is of.
+
+    Args:
+        url: the dataset root (``hf://datasets/ORG/NAME``, ``s3://...``, ``gs://...``,
+            ``https://...``).
+        revision: the Hub revision (branch, tag or commit); ``hf://`` only.
+        cache_dir: the metadata cache (default :func:`~.meta.default_cache_dir`).
+        policy: retries and timeouts.
+        cache_mb: bound of each process's block cache, in MB (default:
+            ``$ROBO_RESUME_REMOTE_CACHE_MB``, else :data:`CACHE_MB`).
+
+    Returns:
+        A :class:`~robo_resume.format.metadata.DatasetMeta` whose ``root`` is the local copy
+        of ``meta/``.
+
+    Raises:
+        ImportError: the ``remote`` extra is not installed (the message says how).
+        The errors of :func:`~.meta.fetch_meta` and
+        :func:`~robo_resume.format.metadata.load_metadata`.
+    """
+    from dataclasses import replace
+
+    from ..format.metadata import load_metadata
+
+    try:
+        import obstore  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"reading {url} needs the remote extra: pip install 'robo_resume[remote]' "
+            "(obstore, huggingface_hub)"
+        ) from exc
+    from .hub import HubStore
+    from .meta import fetch_meta
+    from .open import open_store
+
+    if cache_mb is None:
+        text = os.environ.get(CACHE_ENV, "")
+        try:
+            cache_mb = float(text) if text else CACHE_MB
+        except ValueError:
+            raise ValueError(
+                f"{CACHE_ENV} must be a number of MB (e.g. 64); found {text!r}"
+            ) from None
+    store = open_store(url, revision=revision, policy=policy)
+    cached = fetch_meta(url, revision, cache_dir, store=store)
+    sha = store.sha if isinstance(store, HubStore) else None
+    files = RemoteFiles(url, cached.root, revision=sha, policy=policy, cache_mb=cache_mb)
+    return replace(load_metadata(cached.root), files=files)
