@@ -71,9 +71,10 @@ def url_of(kind: str, servers) -> str:
     }[kind]
 
 
-def batches(root, num_workers=0, **kw):
+def batches(root, num_workers=0, context=None, **kw):
     ds = ChunkedEpisodeDataset(root, batch_size=4, seed=3, **kw)
-    return list(ds.dataloader(num_workers=num_workers))
+    loader_kw = {"multiprocessing_context": context} if context else {}
+    return list(ds.dataloader(num_workers=num_workers, **loader_kw))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -110,7 +111,10 @@ def test_a_resume_on_the_remote_dataset_continues_the_local_run(kind, env, small
     state = tracker.state_dict()
     rest_local = batches(small, num_workers=1, resume_state=state)
     assert rest_local
-    assert_same_batches(batches(url_of(kind, env), num_workers=1, resume_state=state), rest_local)
+    # spawn: a worker of this test's environment (AWS_* set by monkeypatch); the forkserver
+    # of robo_resume.worker_context(), if an earlier test started it, has the environment of then
+    remote = batches(url_of(kind, env), num_workers=1, context="spawn", resume_state=state)
+    assert_same_batches(remote, rest_local)
 
 
 def test_transient_failures_are_retried_and_the_batches_stay_the_same(env, small):
