@@ -9,7 +9,9 @@ checked out into a temporary git worktree beside this checkout (removed at the e
 ``benchmarks/throughput.py`` and ``benchmarks/resume.py`` with its own code first on
 ``PYTHONPATH``, in the same interpreter (this one). Prints, per cell, the median of each version
 and new/old: throughput ratios above 1 and resume ratios below 1 are improvements; within about
-0.9-1.1 is the noise of a shared machine.
+0.9-1.1 is the noise of a shared machine. ``--batches`` (timed batches per throughput cell,
+default 120): at 40, an A/A run (one checkout against itself) on a quiet 2-core machine spread
+0.83-1.16 on open50's throughput cells; at 120 an old/new run there stayed within 0.95-1.02.
 
 Run: ``python benchmarks/tools/versions.py --old 765e96e [--rounds 3] [--datasets a,d]
 [--json out/versions.json]``; ``--quick`` (the tests) runs one round of open50 with 0 workers
@@ -101,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--datasets", default="a,d", help="throughput datasets (default a,d)")
     p.add_argument("--workers", default="0,2", help="throughput num_workers (default 0,2)")
-    p.add_argument("--batches", type=int, default=40, help="timed batches per throughput cell")
+    p.add_argument(
+        "--batches", type=int, default=120, help="timed batches per throughput cell (default 120)"
+    )
     p.add_argument(
         "--data-dir",
         type=Path,
