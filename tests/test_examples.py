@@ -117,7 +117,6 @@ def test_accelerate_example_and_the_pitfall(tmp_path):
 def test_remote_dataset_example(tmp_path, monkeypatch):
     """The example serves a generated dataset over loopback HTTP, streams it with 2 forkserver
     workers, resumes on 1 worker and checks the frames against the local folder."""
-    pytest.importorskip("obstore")
     monkeypatch.setenv("ROBO_RESUME_CACHE", str(tmp_path / "cache"))
     r = run(EXAMPLES / "remote_dataset.py")
     assert "streamed 5 batches from http://127.0.0.1:" in r.stdout

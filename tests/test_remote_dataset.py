@@ -8,11 +8,9 @@ at keyframes from the mp4 index) is served over HTTP in place.
 
 from __future__ import annotations
 
+import moto  # noqa: F401 - the dev extra installs it: a missing one fails, never skips
+import obstore  # noqa: F401
 import pytest
-
-pytest.importorskip("obstore")
-pytest.importorskip("moto")
-
 from remote_servers import FolderServer, HubServer, S3Server
 from test_batches import assert_same_batches
 

@@ -11,11 +11,9 @@ import threading
 import time
 from pathlib import Path
 
+import moto  # noqa: F401 - the dev extra installs it: a missing one fails, never skips
+import obstore  # noqa: F401
 import pytest
-
-pytest.importorskip("obstore")
-pytest.importorskip("moto")
-
 from remote_servers import COMMIT, FolderServer, HubServer, S3Server, port_refuses
 
 from robo_resume.errors import (

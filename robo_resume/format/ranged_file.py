@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import BytesNotHeldError, describe
 
-__all__ = ["RangedFile", "Span", "merge_spans"]
+__all__ = ["RangedFile", "SeekableReader", "Span", "merge_spans"]
 
 Span = tuple[int, int]
 """A byte span ``[start, end)`` of a file."""
@@ -41,7 +41,49 @@ def merge_spans(spans: Iterable[Span], *, gap: int = 0) -> list[Span]:
     return [(s, e) for s, e in out]
 
 
-class RangedFile(io.RawIOBase):
+class SeekableReader(io.RawIOBase):
+    """A read-only binary file of ``size`` bytes with a position: the part of
+    :class:`RangedFile` and of the remote files that is the same (subclasses set ``size``,
+    ``name`` and ``_pos``, and read in :meth:`readinto`)."""
+
+    size: int
+    name: str
+    _pos: int
+
+    def readable(self) -> bool:
+        """True: the file can be read."""
+        return True
+
+    def seekable(self) -> bool:
+        """True: the file can seek anywhere (reading is what needs a piece)."""
+        return True
+
+    def tell(self) -> int:
+        """The position, in bytes from the start."""
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to ``offset`` from the start (``SEEK_SET``), the position (``SEEK_CUR``) or the
+        end (``SEEK_END``); returns the new position.
+
+        Raises:
+            ValueError: a negative position or an unknown ``whence``.
+        """
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.size + offset
+        else:
+            raise ValueError(f"whence {whence} is not SEEK_SET, SEEK_CUR or SEEK_END")
+        if pos < 0:
+            raise ValueError(f"seek to {pos}: before the start of {self.name}")
+        self._pos = int(pos)
+        return self._pos
+
+
+class RangedFile(SeekableReader):
     """A read-only, seekable file of ``size`` bytes of which only some pieces are held, for
     ``av.open(RangedFile(...))`` (PyAV reads a Python file object through ``read``/``readinto``,
     ``seek`` and ``tell``).
@@ -100,38 +142,6 @@ class RangedFile(io.RawIOBase):
     def held(self) -> int:
         """Number of bytes held."""
         return sum(len(d) for d in self._data)
-
-    def readable(self) -> bool:
-        """True: the file can be read."""
-        return True
-
-    def seekable(self) -> bool:
-        """True: the file can seek anywhere (reading is what needs a piece)."""
-        return True
-
-    def tell(self) -> int:
-        """The position, in bytes from the start."""
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Move to ``offset`` from the start (``SEEK_SET``), the position (``SEEK_CUR``) or the
-        end (``SEEK_END``); returns the new position.
-
-        Raises:
-            ValueError: a negative position or an unknown ``whence``.
-        """
-        if whence == io.SEEK_SET:
-            pos = offset
-        elif whence == io.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == io.SEEK_END:
-            pos = self.size + offset
-        else:
-            raise ValueError(f"whence {whence} is not SEEK_SET, SEEK_CUR or SEEK_END")
-        if pos < 0:
-            raise ValueError(f"seek to {pos}: before the start of {self.name}")
-        self._pos = int(pos)
-        return self._pos
 
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` from the position with held bytes, up to the end of their piece.

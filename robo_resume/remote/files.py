@@ -27,7 +27,6 @@ failures after the retries raise the store's errors, which name the URL and the 
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 from collections import OrderedDict
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingFileError
+from ..format.ranged_file import SeekableReader
 
 if TYPE_CHECKING:
     from ..format.metadata import DatasetMeta
@@ -238,7 +238,7 @@ class RemoteFiles:
         return data
 
 
-class RemoteFile(io.RawIOBase):
+class RemoteFile(SeekableReader):
     """A read-only, seekable file object over a remote file's blocks (see the module docstring).
 
     Args:
@@ -254,33 +254,6 @@ class RemoteFile(io.RawIOBase):
         self._pos = 0
         self._next_block = -1  # the block after the last one read (sequential reads)
         self._window = 1  # read-ahead, in blocks
-
-    def readable(self) -> bool:
-        """True."""
-        return True
-
-    def seekable(self) -> bool:
-        """True."""
-        return True
-
-    def tell(self) -> int:
-        """The position."""
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Move the position (``whence`` as :meth:`io.IOBase.seek`); returns it."""
-        if whence == io.SEEK_SET:
-            pos = offset
-        elif whence == io.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == io.SEEK_END:
-            pos = self.size + offset
-        else:
-            raise ValueError(f"invalid whence {whence}")
-        if pos < 0:
-            raise ValueError(f"negative seek position {pos}")
-        self._pos = pos
-        return pos
 
     def readinto(self, buffer: Any) -> int:
         """Read up to ``len(buffer)`` bytes at the position into ``buffer``; 0 at the end."""
