@@ -170,3 +170,55 @@ def test_a_failing_plan_stops_the_prefetch_not_the_reads():
         wait_until(lambda: p.plan_error is not None)
         assert isinstance(p.plan_error, ValueError)
         assert p.read(Span("a", 1000, 2000)) == files.data["a"][1000:2000]
+
+
+def test_max_ahead_bounds_the_spans_held_and_find_names_them():
+    files = Files({"videos/a.mp4": 100_000})
+    spans = chunks(100, 1000)
+    with Prefetcher(files, budget_bytes=1 << 20, threads=2, max_ahead=4) as p:
+        p.plan(spans)
+        wait_until(lambda: len(files.requests) == 4)
+        time.sleep(0.2)
+        assert len(files.requests) == 4  # the budget has room; the span count does not
+        assert p.find("videos/a.mp4", 2500) == spans[2]
+        assert p.find("videos/a.mp4", 4000) is None  # not fetched yet
+        assert p.find("videos/b.mp4", 0) is None
+        assert p.read(spans[0]) == files.data["videos/a.mp4"][:1000]
+        wait_until(lambda: len(files.requests) == 5)  # a read frees a place
+
+
+def test_a_read_jumping_ahead_drops_nothing_but_going_on_past_spans_drops_them():
+    """With ``lag``, one read far ahead (a decoder opening a file) keeps the spans before it;
+    ``lag`` reads past them drop them (the reader skipped them)."""
+    files = Files({"videos/a.mp4": 20_000})
+    spans = chunks(20, 1000)
+    with Prefetcher(files, budget_bytes=1 << 20, threads=2, lag=3) as p:
+        p.plan(spans)
+        wait_until(lambda: len(files.requests) == 20)
+        time.sleep(0.05)
+        p.read(spans[10])  # a jump ahead
+        assert p.find("videos/a.mp4", 0) == spans[0]
+        assert p.stats.dropped_bytes == 0
+        for s in spans[11:13]:  # three reads past spans 0..9: they are dropped
+            p.read(s)
+        assert p.find("videos/a.mp4", 0) is None
+        assert p.stats.dropped_bytes == 10 * 1000
+        assert p.find("videos/a.mp4", 13_500) == spans[13]  # after the reads: kept
+
+
+def test_close_without_waiting_returns_while_a_fetch_hangs():
+    gate = threading.Event()
+    files = Files({"videos/a.mp4": 10_000})
+
+    def fetch(span: Span) -> bytes:
+        gate.wait()  # hangs until the test lets it go, after close() returned
+        return files(span)
+
+    p = Prefetcher(fetch, budget_bytes=1 << 20, threads=1)
+    p.plan(chunks(10, 1000))
+    wait_until(lambda: p.held_bytes > 0)
+    p.close(wait=False)  # a close that waited for the fetch would never return
+    assert p.held_bytes == 0
+    gate.set()
+    with pytest.raises(RuntimeError, match="closed"):
+        p.read(Span("videos/a.mp4", 0, 1000))

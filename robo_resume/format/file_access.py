@@ -12,6 +12,7 @@ ranges; messages then name the file's URL (:meth:`FileAccess.where`).
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO, Protocol, TypeAlias
 
@@ -40,6 +41,20 @@ class FileAccess(Protocol):
         """The file as messages name it (the path itself, or its URL)."""
         ...
 
+    @property
+    def plans(self) -> bool:
+        """Whether :meth:`plan` does anything (a remote access fetches ahead; the disk not)."""
+        ...
+
+    def plan(self, ranges: Iterable[tuple[Path, int, int]]) -> None:
+        """Fetch the byte ranges ``(path, start, end)`` ahead of their reads, lazily and in
+        the order given, replacing an earlier plan. A hint: reads are the same without it."""
+        ...
+
+    def end_plan(self) -> None:
+        """Stop fetching ahead and let go of what was fetched for the plan."""
+        ...
+
 
 class LocalFiles:
     """The local disk: a path is the file."""
@@ -55,6 +70,15 @@ class LocalFiles:
     def where(self, path: Path) -> Path:
         """``path``."""
         return path
+
+    plans = False
+    """The disk is read on demand: :meth:`plan` does nothing."""
+
+    def plan(self, ranges: Iterable[tuple[Path, int, int]]) -> None:
+        """Nothing (``ranges`` is not iterated)."""
+
+    def end_plan(self) -> None:
+        """Nothing."""
 
     def __repr__(self) -> str:
         return "LOCAL"

@@ -362,6 +362,8 @@ class VideoReader:
         # GOP back, decoded and thrown away.
         target = max(round(t / self._time_base), 0)
         try:
+            if getattr(self._file, "parks", False):
+                self._park(container, stream)
             container.seek(target, stream=stream, backward=True, any_frame=False)
         except RoboResumeError:  # a remote read that failed for good: its own message
             raise
@@ -382,6 +384,22 @@ class VideoReader:
         # Frames come out in presentation order from here on; the cache must stay sorted by time.
         self._cache.clear()
         self._ahead.clear()
+
+    @staticmethod
+    def _park(container: InputContainer, stream: VideoStream) -> None:
+        """Move FFmpeg's read position to the file's first sample (one packet demuxed, not
+        decoded), for a file whose reads are fetched ranges (``parks``, a remote file).
+
+        FFmpeg reads through a forward jump of up to 64 KiB from its buffer instead of
+        seeking (``robo_resume.format.mp4_ranges.READ_THROUGH``): from a chunk it just read
+        to the next chunk of the file, it would read the bytes between them, which no plan
+        fetched. From the first
+        sample (held since the file was opened) a seek to a chunk is a real seek, except for
+        chunks within 64 KiB of it, whose planned ranges reach back to it
+        (``robo_resume.items.read_plan``)."""
+        container.seek(0, stream=stream, backward=True, any_frame=False)
+        for _ in container.demux(stream):
+            break
 
     def _next_frame(self):
         """The next decoded frame (None at the end): one held by :meth:`decode_ahead` if any."""

@@ -133,6 +133,12 @@ class Remainder:
         self.__dict__.update(state)
         self._caches()
 
+    def twin(self) -> Remainder:
+        """An equal remainder sharing its arrays, with caches of its own (another thread's)."""
+        new = object.__new__(type(self))
+        new.__setstate__(self.__getstate__())
+        return new
+
     def _rng(self, *key: int) -> np.random.Generator:
         return np.random.default_rng(
             np.random.SeedSequence(entropy=self.config.seed, spawn_key=(self.epoch, *key))
@@ -186,6 +192,12 @@ class Layout:
     def __init__(self, schedule: Schedule, remainder: Remainder | None = None) -> None:
         self.schedule = schedule
         self.remainder = remainder
+
+    def twin(self) -> Layout:
+        """An equal layout whose schedule and remainder have caches of their own: for another
+        thread walking the same streams (see :meth:`Schedule.twin`)."""
+        rem = None if self.remainder is None else self.remainder.twin()
+        return Layout(self.schedule.twin(), rem)
 
     @property
     def epoch(self) -> int | None:

@@ -237,6 +237,14 @@ class Schedule:
         self._caches()
         self._layout = layout
 
+    def twin(self) -> Schedule:
+        """A schedule equal to this one, sharing its arrays, with caches of its own: for
+        another thread walking the same stream (the caches are not thread-safe, and keep one
+        epoch at a time)."""
+        new = object.__new__(type(self))
+        new.__setstate__(self.__getstate__())
+        return new
+
     def share_epoch(self, epoch: int) -> None:
         """Compute epoch ``epoch``'s layout (its permutation and prefix sums) now, in this
         process, so that the processes made from it do not: what a DataLoader's main process

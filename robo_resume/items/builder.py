@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from .buffers import (
 )
 from .options import IDLE_DECODERS, ItemOptions, delta_indices
 from .ranges import EpisodeRangeReader, check_rows
+from .read_plan import SampleTables, video_ranges
 from .threads import DecodingThreads
 
 logger = logging.getLogger("robo_resume")
@@ -77,6 +78,7 @@ class ItemBuilder(DecodingThreads):
         self._checked: set[str] = set()
         self._videos_checked: set[str] = set()
         self._rows_verified: dict[int, bool] = {}  # episode -> all its rows passed the checks
+        self._sample_tables: SampleTables | None = None  # a remote dataset's planned reads
         d = self.delta or {}
         # (offsets as a (1, w) row, lowest, highest) of each window, for EpisodeRangeReader
         self.window_offsets = {k: (v[None, :], int(v.min()), int(v.max())) for k, v in d.items()}
@@ -100,6 +102,7 @@ class ItemBuilder(DecodingThreads):
         state["_checked"] = set()
         state["_videos_checked"] = set()
         state["_rows_verified"] = {}
+        state["_sample_tables"] = None
         return state
 
     def __setstate__(self, state) -> None:
@@ -469,6 +472,38 @@ class ItemBuilder(DecodingThreads):
             c: BUFFERS.empty(s, torch.float32 if c in self.depth else torch.uint8)
             for c, s in known.items()
         }
+
+    @property
+    def plans_reads(self) -> bool:
+        """Whether :meth:`plan_reads` does anything: the dataset's files are fetched ahead
+        (a remote dataset), not read on demand."""
+        return self.meta.files.plans
+
+    def plan_reads(self, pieces: Iterable[tuple[int, int, int]]) -> None:
+        """Let the file access fetch ahead what the decoders of ``pieces`` (``(episode_index,
+        start, stop)`` in the order they are read, lazily) will read (see
+        :mod:`~robo_resume.items.read_plan`); replaces the plan before. Nothing for a local
+        dataset (``pieces`` is not iterated)."""
+        files = self.meta.files
+        if not files.plans:
+            return
+        if self._sample_tables is None:
+            self._sample_tables = SampleTables(self.meta)
+        files.plan(
+            video_ranges(
+                self.meta,
+                pieces,
+                self._sample_tables,
+                before=self.window_before,
+                after=self.window_after,
+            )
+        )
+
+    def end_plan(self) -> None:
+        """The stream that planned its reads ended: stop fetching ahead (see
+        :meth:`plan_reads`)."""
+        if self.meta.files.plans:
+            self.meta.files.end_plan()
 
     def episode_reader(
         self, episode_index: int, start: int, stop: int, *, cache_frames: int | None = None

@@ -30,12 +30,14 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingFileError
 from ..format.ranged_file import SeekableReader
+from .prefetch import Prefetcher, PrefetchStats, Span
 
 if TYPE_CHECKING:
     from ..format.metadata import DatasetMeta
@@ -63,6 +65,19 @@ CACHE_ENV = "ROBO_RESUME_REMOTE_CACHE_MB"
 
 MAX_READ_AHEAD = 1 << 20
 """Largest read-ahead window of sequential reads, in bytes."""
+
+PREFETCH_THREADS = 8
+"""Background fetches in flight per process: at 20 ms a request, 8 keep about 400 ranges a
+second coming (a shuffle-order stream of 2-frame chunks reads one or two per chunk)."""
+
+PREFETCH_LAG = 64
+"""Planned ranges read out of order by up to this many places stay held (see
+:class:`~.prefetch.Prefetcher`'s ``lag``): cameras and chunks decoded on several threads."""
+
+PREFETCH_AHEAD = 64
+"""Planned ranges a process holds ahead of its reads at most (cached or in flight): enough to
+keep :data:`PREFETCH_THREADS` fetches going at 20 ms a request, few enough that a stream that
+stops leaves little fetched for nothing."""
 
 WHOLE_FILE = 1 << 20
 """Files of at most this many bytes are fetched whole on their first read."""
@@ -163,7 +178,12 @@ class RemoteFiles:
         self._store: Store | None = None
         self._sizes: dict[str, ObjectInfo | None] = {}
         self._lock = threading.Lock()
-        self.cache = BlockCache(int(self.cache_mb * (1 << 20)))
+        total = int(self.cache_mb * (1 << 20))
+        self.cache = BlockCache(total - total * 3 // 4)
+        self.prefetch_bytes = total * 3 // 4
+        self._prefetcher: Prefetcher | None = None
+        self._last_stats: PrefetchStats | None = None
+        self._held = HeldSpans(max(self.prefetch_bytes // 8, 4 << 20))
         self.stats = TrafficStats()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -228,6 +248,63 @@ class RemoteFiles:
         """The file's URL (credentials left out)."""
         return f"{self.shown}/{self.rel(path)}"
 
+    plans = True
+    """:meth:`plan` prefetches."""
+
+    def plan(self, ranges: Iterable[tuple[Path, int, int]]) -> None:
+        """Fetch ``ranges`` (``(path, start, end)``, lazily, in the order the stream will read
+        them) ahead of the readers, replacing the plan before: see :class:`~.prefetch.Prefetcher`
+        (at most 3/4 of ``cache_mb`` held). A read inside a planned range is served from its
+        bytes; a read outside every range fetches blocks as before, so a wrong or late plan
+        costs requests, never correctness."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            if self._prefetcher is None:
+                self._prefetcher = Prefetcher(
+                    self._fetch_span,
+                    budget_bytes=self.prefetch_bytes,
+                    threads=PREFETCH_THREADS,
+                    lag=PREFETCH_LAG,
+                    max_ahead=PREFETCH_AHEAD,
+                )
+            prefetcher = self._prefetcher
+        root = self.root
+        prefetcher.plan(Span(Path(p).relative_to(root).as_posix(), s, e) for p, s, e in ranges)
+
+    def end_plan(self) -> None:
+        """Stop the prefetch: its threads end (without waiting for fetches in flight) and its
+        bytes are let go; the counters stay in :attr:`prefetch_stats`. The next :meth:`plan`
+        starts a new one."""
+        with self._lock:
+            prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None and self._pid == os.getpid():
+            self._last_stats = prefetcher.stats
+            prefetcher.close(wait=False)
+
+    @property
+    def prefetch_stats(self) -> PrefetchStats | None:
+        """This process's prefetch counters: of the plan in force, else of the last one (None
+        before any)."""
+        return self._last_stats if self._prefetcher is None else self._prefetcher.stats
+
+    def held(self, rel: str, offset: int) -> tuple[int, bytes] | None:
+        """``(start, data)`` of a planned range of ``rel`` holding byte ``offset``: one a read
+        took from the prefetch before, or one the prefetch fetched or is fetching (its fetch is
+        then awaited); None if no planned range holds it."""
+        found = self._held.get(rel, offset)
+        if found is not None or self._prefetcher is None:
+            return found
+        span = self._prefetcher.find(rel, offset)
+        if span is None:
+            return None
+        data = self._prefetcher.read(span)
+        self._held.put(span, data)
+        return span.start, data
+
+    def _fetch_span(self, span: Span) -> bytes:
+        return self.fetch(span.path, span.start, span.end)
+
     # -- reads --------------------------------------------------------------------------------
     def fetch(self, rel: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``rel`` from the store (one request)."""
@@ -247,6 +324,10 @@ class RemoteFile(SeekableReader):
         size: its size in bytes.
     """
 
+    parks = True
+    """A decoder moves its read position to the first sample before each seek (see
+    ``VideoReader._park``): a jump between two planned ranges is then never read through."""
+
     def __init__(self, files: RemoteFiles, rel: str, size: int) -> None:
         super().__init__()
         self.files, self.rel, self.size = files, rel, size
@@ -261,6 +342,16 @@ class RemoteFile(SeekableReader):
         n = min(len(view), self.size - self._pos)
         if n <= 0:
             return 0
+        held = self.files.held(self.rel, self._pos)
+        if held is not None:  # a planned range: up to its end (a short read)
+            start, data = held
+            a = self._pos - start
+            take = min(n, len(data) - a)
+            view[:take] = data[a : a + take]
+            self._pos += take
+            with self.files._lock:
+                self.files.stats.read_bytes += take
+            return take
         bs = self.files.block_size
         first, last = self._pos // bs, (self._pos + n - 1) // bs
         blocks = self._blocks(first, last)
@@ -308,6 +399,44 @@ class RemoteFile(SeekableReader):
                 cache.put((self.rel, i), block)
                 got[i] = block
         return [got[i] for i in range(first, last + 1)]
+
+
+class HeldSpans:
+    """The planned ranges readers took from the prefetch, kept while they read on in them (a
+    decoder reads a range in many short reads), least recently used dropped past
+    ``max_bytes`` (a dropped one is read from blocks if it is read again)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._spans: OrderedDict[Span, bytes] = OrderedDict()
+        self._by_path: dict[str, list[Span]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, rel: str, offset: int) -> tuple[int, bytes] | None:
+        """``(start, data)`` of a kept range of ``rel`` holding ``offset``, or None."""
+        with self._lock:
+            for span in self._by_path.get(rel, ()):
+                if span.start <= offset < span.end:
+                    self._spans.move_to_end(span)
+                    return span.start, self._spans[span]
+        return None
+
+    def put(self, span: Span, data: bytes) -> None:
+        """Keep ``span``'s bytes, dropping the least recently used ranges past the bound."""
+        with self._lock:
+            if span in self._spans:
+                return
+            self._spans[span] = data
+            self._by_path.setdefault(span.path, []).append(span)
+            self._bytes += len(data)
+            while self._bytes > self.max_bytes and len(self._spans) > 1:
+                old, dropped = self._spans.popitem(last=False)
+                self._bytes -= len(dropped)
+                spans = self._by_path[old.path]
+                spans.remove(old)
+                if not spans:
+                    del self._by_path[old.path]
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:

@@ -32,10 +32,11 @@ store.get_range(span.path, span.start, span.end)``) is what a remote dataset pas
 from __future__ import annotations
 
 import functools
+import queue
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 __all__ = ["PrefetchStats", "Prefetcher", "Span"]
@@ -83,10 +84,62 @@ class PrefetchStats:
         return self.fetched_bytes / self.read_bytes if self.read_bytes else 0.0
 
 
+class _DaemonPool:
+    """Threads running submitted calls, as daemons: a process exits without waiting for the
+    fetches it planned but no longer needs (a ThreadPoolExecutor's threads are joined at exit,
+    after running everything queued)."""
+
+    def __init__(self, threads: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[bytes], Callable[[], bytes]] | None]
+        self._queue = queue.SimpleQueue()
+        self._pending: set[Future[bytes]] = set()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._run, name="robo_resume-prefetch", daemon=True)
+            for _ in range(threads)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[[Span], bytes], span: Span) -> Future[bytes]:
+        """Run ``fn(span)`` on a thread; its future."""
+        future: Future[bytes] = Future()
+        with self._lock:
+            self._pending.add(future)
+        self._queue.put((future, functools.partial(fn, span)))
+        return future
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call = item
+            with self._lock:
+                self._pending.discard(future)
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # given to the reader, which fetches again
+                future.set_exception(exc)
+
+    def shutdown(self, *, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Stop the threads (the queued calls cancelled with ``cancel_futures``)."""
+        if cancel_futures:
+            with self._lock:
+                pending, self._pending = self._pending, set()
+            for future in pending:
+                future.cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
+
+
 @dataclass
 class _Entry:
     future: Future[bytes]
     size: int
+    seq: int = 0  # its place in the plan
     readers: int = 0  # reads of this span waiting on it
 
 
@@ -99,10 +152,23 @@ class Prefetcher:
         budget_bytes: the most bytes held at once (cached plus in flight); 0 disables the
             prefetch (every read fetches its span).
         threads: background fetches in flight at once.
+        lag: how many reads decide that the reader skipped a span: a fetched span is dropped
+            unread once each of the last ``lag`` reads (0: the last one) took a span planned
+            after it. A read that jumps ahead now and then (a decoder opening a file reads its
+            first samples) drops nothing; a reader going on past a span does.
+        max_ahead: the most spans held at once (cached or in flight; None: no bound but the
+            budget): how far the prefetch runs ahead of the reads, so that a stream that stops
+            leaves few spans fetched for nothing.
     """
 
     def __init__(
-        self, fetch: Callable[[Span], bytes], *, budget_bytes: int, threads: int = 2
+        self,
+        fetch: Callable[[Span], bytes],
+        *,
+        budget_bytes: int,
+        threads: int = 2,
+        lag: int = 0,
+        max_ahead: int | None = None,
     ) -> None:
         if budget_bytes < 0 or threads < 1:
             raise ValueError(
@@ -110,12 +176,17 @@ class Prefetcher:
             )
         self._fetch = fetch
         self.budget_bytes = budget_bytes
+        self.lag = max(int(lag), 0)
+        self.max_ahead = max_ahead if max_ahead is not None else 1 << 62
+        self._recent: deque[int] = deque(maxlen=max(self.lag, 1))  # plan places of the last reads
+        self._seq = 0
         self.stats = PrefetchStats()
         self._lock = threading.Condition()
         self._held = 0  # bytes cached or in flight
         self._entries: OrderedDict[Span, _Entry] = OrderedDict()
+        self._by_path: dict[str, dict[Span, None]] = {}  # the entries of each file (find())
         self._skip: set[Span] = set()  # spans a read fetched itself before the prefetch got there
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="robo_resume-prefetch")
+        self._pool = _DaemonPool(threads)
         self._walker: threading.Thread | None = None
         self._closed = False
         self._generation = 0
@@ -140,7 +211,7 @@ class Prefetcher:
             self._skip.clear()
             for key, e in list(self._entries.items()):
                 if e.readers == 0:
-                    del self._entries[key]
+                    self._remove(key)
                     if e.future.cancel():
                         self._release(e.size, fetched=False)
                     elif e.future.done():
@@ -170,8 +241,11 @@ class Prefetcher:
                 while (
                     not self._closed
                     and gen == self._generation
-                    and self._held + span.size > self.budget_bytes
                     and span.size <= self.budget_bytes
+                    and (
+                        self._held + span.size > self.budget_bytes
+                        or len(self._entries) >= self.max_ahead
+                    )
                 ):
                     self._lock.wait(0.5)
                 if self._closed or gen != self._generation:
@@ -186,7 +260,8 @@ class Prefetcher:
                 self._held += span.size
                 self.stats.peak_bytes = max(self.stats.peak_bytes, self._held)
                 future = self._pool.submit(self._fetch_counted, span)
-                self._entries[span] = _Entry(future, span.size)
+                self._seq += 1
+                self._add(span, _Entry(future, span.size, self._seq))
 
     def _fetch_counted(self, span: Span) -> bytes:
         data = self._fetch(span)
@@ -212,7 +287,9 @@ class Prefetcher:
                 self.stats.misses += 1
             else:
                 entry.readers += 1
-                self._drop_before(span)
+                self._recent.append(entry.seq)
+                if len(self._recent) == self._recent.maxlen:
+                    self._drop_before(min(self._recent))
         if entry is None:
             data = self._fetch_counted(span)
         else:
@@ -224,7 +301,7 @@ class Prefetcher:
             with self._lock:
                 entry.readers -= 1
                 if self._entries.get(span) is entry:
-                    del self._entries[span]
+                    self._remove(span)
                     self._held -= entry.size
                     self._lock.notify_all()
                 if failed:
@@ -238,6 +315,27 @@ class Prefetcher:
             self.stats.read_bytes += len(data)
         return data
 
+    def find(self, path: str, offset: int) -> Span | None:
+        """A span of ``path`` holding byte ``offset`` that the prefetch fetched or is fetching
+        (its :meth:`read` then costs no request of its own), or None."""
+        with self._lock:
+            for span in self._by_path.get(path, ()):
+                if span.start <= offset < span.end:
+                    return span
+        return None
+
+    def _add(self, span: Span, entry: _Entry) -> None:
+        self._entries[span] = entry
+        self._by_path.setdefault(span.path, {})[span] = None
+
+    def _remove(self, span: Span) -> None:
+        del self._entries[span]
+        spans = self._by_path.get(span.path)
+        if spans is not None:
+            spans.pop(span, None)
+            if not spans:
+                del self._by_path[span.path]
+
     def _release_when_done(self, size: int, _future: Future[bytes]) -> None:
         self._release(size)
 
@@ -247,15 +345,18 @@ class Prefetcher:
             self.stats.dropped_bytes += size if fetched else 0
             self._lock.notify_all()
 
-    def _drop_before(self, span: Span) -> None:
-        """Drop the fetched, unread spans planned before ``span`` (the reader skipped them), so
-        that they do not hold the budget (under the lock)."""
-        for key in list(self._entries):
-            if key == span:
+    def _drop_before(self, seq: int) -> None:
+        """Drop the fetched, unread spans planned before place ``seq`` (the reader skipped
+        them), so that they do not hold the budget (under the lock)."""
+        before = []
+        for key, e in self._entries.items():
+            if e.seq >= seq:
                 break
+            before.append(key)
+        for key in before:
             e = self._entries[key]
             if e.readers == 0 and e.future.done():
-                del self._entries[key]
+                self._remove(key)
                 self._held -= e.size
                 self.stats.dropped_bytes += e.size
                 self._lock.notify_all()
@@ -266,17 +367,24 @@ class Prefetcher:
         with self._lock:
             return self._held
 
-    def close(self) -> None:
-        """Stop the prefetch and drop the cache (reads after this raise RuntimeError)."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the prefetch and drop the cache (reads after this raise RuntimeError).
+
+        Args:
+            wait: wait for the plan's walk and the fetches in flight to end (else they end
+                on their own, their results dropped: a stream that ended does not wait on
+                the network).
+        """
         with self._lock:
             self._closed = True
             self._generation += 1
             self._lock.notify_all()
-        if self._walker is not None:
+        if wait and self._walker is not None:
             self._walker.join()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=wait, cancel_futures=True)
         with self._lock:
             self._entries.clear()
+            self._by_path.clear()
             self._held = 0
 
     def __enter__(self) -> Prefetcher:

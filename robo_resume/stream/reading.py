@@ -72,6 +72,32 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def read_order(
+    layout: Layout, stream: int, epoch: int, position: int, *, infinite: bool
+) -> Iterator[tuple[int, int, int]]:
+    """The pieces ``(episode_index, start, stop)`` a stream decodes from ``(epoch, position)``
+    on, in the order it decodes them (lazy; through the following epochs when ``infinite``):
+    a shuffle window's chunks in the order of their first frame emitted (each decoded whole
+    then), the other orders' chunks in group order. What :meth:`ItemBuilder.plan_reads`
+    fetches ahead; ``layout`` must be this thread's own (:meth:`Layout.twin`)."""
+    while True:
+        if position < layout.length(epoch, stream):
+            for group, offset in layout.iter_groups(epoch, stream, position):
+                segs = group.segments
+                if group.keeps_frame_order:
+                    order = range(len(segs))
+                else:
+                    labels = group.order[offset:]
+                    _, first = np.unique(labels, return_index=True)
+                    order = labels[np.sort(first)].tolist()
+                for j in order:
+                    seg = segs[j]
+                    yield seg.episode_index, seg.start, seg.stop
+        if not infinite:
+            return
+        epoch, position = epoch + 1, 0
+
+
 class StreamReader:
     """Reads streams of a ChunkedEpisodeDataset into batches.
 
@@ -276,6 +302,19 @@ class StreamReader:
         layout = sched if isinstance(sched, Layout) else Layout(sched)
         stream, role, num_workers, row = run.stream, run.role, run.num_workers, run.epochs
         epoch, position = run.epoch, run.position
+        if not self.items.plans_reads:
+            yield from self._play(layout, stream, role, num_workers, row, epoch, position, target)
+            return
+        # a remote dataset: its next chunks' bytes are fetched ahead, until the stream ends
+        self.items.plan_reads(
+            read_order(layout.twin(), stream, epoch, position, infinite=self.infinite)
+        )
+        try:
+            yield from self._play(layout, stream, role, num_workers, row, epoch, position, target)
+        finally:
+            self.items.end_plan()
+
+    def _play(self, layout, stream, role, num_workers, row, epoch, position, target):
         while True:
             row.playing(epoch)
             if position < layout.length(epoch, stream):

@@ -1,0 +1,136 @@
+"""The byte ranges a stream's next chunks will read, for a remote dataset's prefetch.
+
+A stream knows by arithmetic which frames of which episodes it reads next, in order. For a
+remote dataset (``robo_resume.remote``) each of those pieces is a few byte ranges of the video
+files: per camera, the samples from the keyframe at or before the piece's first frame through
+its last one (:meth:`~robo_resume.format.mp4_ranges.SampleTable.frame_range_bytes`), found in
+the file's sample tables (the ``moov``: a few kB, read once per file and process).
+:func:`video_ranges` turns pieces into those ranges lazily, as the prefetch walks them; the
+file access fetches them ahead of the decoders (:meth:`~robo_resume.format.file_access.
+FileAccess.plan`). A plan is a hint: a range it gets wrong, or a file whose tables cannot be
+read, costs requests when the decoder reads it, never a wrong frame.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..format.mp4_ranges import READ_THROUGH, SampleTable, read_sample_table
+
+if TYPE_CHECKING:
+    from ..format.metadata import DatasetMeta
+
+__all__ = ["SampleTables", "video_ranges"]
+
+logger = logging.getLogger("robo_resume")
+
+
+class SampleTables:
+    """The sample tables of a dataset's video files, read through its file access on first
+    use and kept (None for a file whose tables cannot be read: it is not planned)."""
+
+    def __init__(self, meta: DatasetMeta) -> None:
+        self.meta = meta
+        self._tables: dict[Path, SampleTable | None] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> SampleTable | None:
+        """The table of the mp4 at ``path`` (its local path below the dataset root), or None
+        when it cannot be read (missing, not an mp4 the parser reads, a failed request)."""
+        with self._lock:
+            if path in self._tables:
+                return self._tables[path]
+        table: SampleTable | None
+        try:
+            table = self._read(path)
+        except Exception as exc:  # a hint only: the decoder reports what is wrong with it
+            logger.debug("robo_resume: no prefetch plan for %s: %s", path, exc)
+            table = None
+        with self._lock:
+            self._tables[path] = table
+        return table
+
+    def _read(self, path: Path) -> SampleTable:
+        files = self.meta.files
+        source = files.open(path)
+        if isinstance(source, str):  # a local file
+            source = open(source, "rb")
+        try:
+            size = source.seek(0, io.SEEK_END)
+
+            def read(start: int, end: int) -> bytes:
+                source.seek(start)
+                parts, want = [], end - start
+                while want > 0:
+                    part = source.read(want)
+                    if not part:
+                        break
+                    parts.append(part)
+                    want -= len(part)
+                return b"".join(parts)
+
+            return read_sample_table(read, size, name=str(files.where(path)))
+        finally:
+            source.close()
+
+
+def video_ranges(
+    meta: DatasetMeta,
+    pieces: Iterable[tuple[int, int, int]],
+    tables: SampleTables,
+    *,
+    before: int = 0,
+    after: int = 0,
+) -> Iterator[tuple[Path, int, int]]:
+    """The byte ranges ``(path, start, end)`` the decoders read for ``pieces``, in order.
+
+    Args:
+        meta: the dataset's metadata (episodes, cameras, fps, root).
+        pieces: ``(episode_index, start, stop)`` frame ranges in the order they are read.
+        tables: the files' sample tables (read when a piece first needs one).
+        before: frames before a piece its windows read too (``delta_timestamps``).
+        after: frames after a piece its windows read too.
+
+    Yields:
+        Per piece and camera with a video, the span of
+        :meth:`~robo_resume.format.mp4_ranges.SampleTable.frame_range_bytes` for the piece's
+        frames in the file (found by time: the episode's ``from_timestamp`` plus frame / fps).
+        Cameras whose file cannot be read are left out.
+    """
+    fps = float(meta.fps)
+    cams = list(meta.camera_keys)
+    for episode_index, start, stop in pieces:
+        ep = meta.episode(int(episode_index))
+        a, b = max(int(start) - before, 0), min(int(stop) + after, ep.length)
+        if b <= a:
+            continue
+        for cam in cams:
+            ref = ep.videos.get(cam)
+            if ref is None:
+                continue
+            path = meta.root / ref.path
+            table = tables.get(path)
+            if table is None:
+                continue
+            times = table.frame_times
+            t0 = ref.from_timestamp + a / fps
+            t1 = ref.from_timestamp + (b - 1) / fps
+            half = 0.5 / fps
+            first = int(np.searchsorted(times, t0 - half))
+            last = int(np.searchsorted(times, t1 + half)) - 1
+            if last < first or first >= table.num_frames:
+                continue
+            s, e = table.frame_range_bytes(first, min(last, table.num_frames - 1) + 1)
+            # a decoder seeks from the first sample (VideoReader._park): FFmpeg reads through
+            # to a chunk at most READ_THROUGH bytes after it instead of seeking
+            parked = table.open_spans()[-1][1]
+            if parked <= s <= parked + READ_THROUGH:
+                s = parked
+            yield path, s, e
