@@ -191,6 +191,10 @@ def test_fork_workers_wrong_repo_or_revision_and_mixing_are_refused(served, env,
     text = refused("--dataset.streaming=true", "--dataset.revision=v9.9")
     assert f"The Hub at {hub.url} has no revision 'v9.9' of the dataset repo '{REPO_ID}'" in text
     assert f"check --dataset.repo_id={REPO_ID} and --dataset.revision=v9.9" in text
+    text = refused(f"--dataset.root={http.url}/nowhere")
+    assert f"Cannot stream the dataset at {http.url}/nowhere" in text, text[-3000:]
+    assert f"{http.url}/nowhere/meta/info.json" in text
+    assert "check --dataset.root (the URL of the dataset's root folder)" in text
     # a revision for a URL that is not the Hub's
     text = refused(f"--dataset.root={http.url}", "--dataset.revision=v3.0")
     assert f"does not support --dataset.revision=v3.0 with --dataset.root={http.url}" in text

@@ -99,9 +99,11 @@ def validate(cfg: Any, mix: MixOptions | None = None) -> None:
         )
     url = stream_url(cfg)
     if url is not None and not url.startswith("hf://") and cfg.dataset.revision:
+        from ..remote.store import redact_url
+
         refuse.append(
             (
-                f"--dataset.revision={cfg.dataset.revision} with --dataset.root={url}",
+                f"--dataset.revision={cfg.dataset.revision} with --dataset.root={redact_url(url)}",
                 "a revision names a commit of a Hub dataset: drop --dataset.revision (point "
                 "--dataset.root at an immutable copy instead)",
             )
