@@ -12,6 +12,7 @@ tests/test_lerobot_train.py.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -97,7 +98,7 @@ def once_per_epoch(steps: list[tuple[int, list[int]]], frames: int) -> None:
     assert Counter(flat[:frames]) == Counter(range(frames)), flat[:frames]
 
 
-@pytest.mark.slow(60)
+@pytest.mark.slow(55)
 def test_streamed_run_equals_the_local_run_and_resumes_exactly(served, env, zygotes):  # noqa: F811
     """--dataset.streaming=true (hf:// at the endpoint's commit): the same frames per step and
     the same weights as --dataset.root=<local>; a copy stopped after step 4 resumes streaming,
@@ -140,25 +141,31 @@ def test_streamed_run_equals_the_local_run_and_resumes_exactly(served, env, zygo
     assert report.rstrip().endswith("robo_resume: exactly once")
 
 
-@pytest.mark.slow(45)
+@pytest.mark.slow(25)
 def test_url_root_with_spawned_workers_equals_the_local_run(served, env, zygotes):  # noqa: F811
     """--dataset.root=http://... streams without the flag, with 2 workers started by lerobot's
-    default start method (spawn): the same frames per step and weights as the local folder
-    read with forked workers."""
+    default start method (spawn) and held-out episodes evaluated (read from the URL too): the
+    same frames per step, eval losses and weights as the local folder read with forked
+    workers."""
     root, _, http = served
     local, streamed = env / "local", env / "streamed"
     fork = "--dataloader_multiprocessing_context=fork"
-    train(args(local, f"--dataset.root={root}", fork, workers=2), env / "l.idx", zygote=zygotes[0])
-    _, text = train(args(streamed, f"--dataset.root={http.url}", workers=2), env / "s.idx",
-                    zygote=zygotes[1])  # fmt: skip
+    held_out = ["--dataset.eval_split=0.5", "--eval_steps=4"]  # episode 0 trains, 1 and 2 don't
+    _, local_text = train(args(local, f"--dataset.root={root}", fork, *held_out, workers=2),
+                          env / "l.idx", zygote=zygotes[0])  # fmt: skip
+    _, text = train(args(streamed, f"--dataset.root={http.url}", *held_out, workers=2),
+                    env / "s.idx", zygote=zygotes[1])  # fmt: skip
     assert f"streaming {http.url}:" in text, text[-3000:]
+    assert "Train/eval split: 1 train, 2 eval" in text and text.count("eval_loss=") == 2
+    assert all(max(idx) < LENGTHS[0] for _, idx in steps_of(env / "s.idx"))
     assert steps_of(env / "s.idx") == steps_of(env / "l.idx")
     assert (ckpt(streamed, 8) / FINAL).read_bytes() == (ckpt(local, 8) / FINAL).read_bytes()
+    assert re.findall(r"eval_loss=\S+", text) == re.findall(r"eval_loss=\S+", local_text)
     assert http.faults.count("GET", ".mp4") > 0
     only_meta_on_disk(env)
 
 
-@pytest.mark.slow(20)
+@pytest.mark.slow(25)
 def test_fork_workers_wrong_repo_or_revision_and_mixing_are_refused(served, env, zygotes):  # noqa: F811
     """Refused before the policy is built, exit code 2, each message naming what and the fix."""
     root, hub, http = served
@@ -204,7 +211,7 @@ def test_fork_workers_wrong_repo_or_revision_and_mixing_are_refused(served, env,
     assert "--mix.roots=hf://datasets/ORG/A,s3://BUCKET/B" in text
 
 
-@pytest.mark.slow(30)
+@pytest.mark.slow(20)
 def test_a_mix_of_url_sources_equals_the_mix_of_local_folders(served, env, zygotes):  # noqa: F811
     """--mix.roots with URLs (the Hub and plain HTTP): the same frames per step and weights as
     the same mix of local folders (stats aggregated from the remote meta/, nothing else
