@@ -69,6 +69,10 @@ Flags of its own (everything else is lerobot-train's):
   the policy's before it is built (:mod:`.features`), and the errors shown suggest these
   flags, not the library's Python keywords (:func:`~.data_flags.cli_advice`).
   ``--help`` prints these flags first (:mod:`.help`), then lerobot's.
+- ``--dataset.streaming=true`` (lerobot's flag, honoured here): ``--dataset.repo_id`` is read
+  as ``hf://datasets/REPO_ID`` at ``--dataset.revision``, nothing downloaded but ``meta/``; a
+  URL as ``--dataset.root`` (or in ``--mix.roots``) streams too (:func:`.setup.stream_url`).
+  ``fork`` workers are refused for such a dataset (:func:`.setup.check_worker_context`).
 
 Modules, imports pointing down: :mod:`.options` (the ``--mix.*`` and ``--stream.*`` flags,
 file names, checks made before lerobot is imported), :mod:`.data_flags` and :mod:`.features`

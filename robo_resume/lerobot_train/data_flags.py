@@ -258,16 +258,27 @@ def _literal(flag: str) -> Callable[[re.Match[str]], str]:
 
 
 # -- resolving what lerobot's parser does not hold --------------------------------------------
-def resolve_episodes(data: DataOptions, root: Any, repo_id: str | None, revision: str | None):
+def resolve_episodes(
+    data: DataOptions,
+    root: Any,
+    repo_id: str | None,
+    revision: str | None,
+    meta: Any = None,
+):
     """The episode indices of ``--dataset.episodes=readable`` or a slice string for one dataset
-    (None when neither was given)."""
+    (None when neither was given). ``root`` may be a remote dataset's URL (its files are
+    checked over the network); ``meta``: the dataset's ``DatasetMeta`` when already read."""
     if data.episodes is None:
         return None
     from ..files import readable_episodes
     from ..hub import resolve_dataset
+    from ..remote.files import is_remote, remote_meta
     from ..splits import selected_episode_array
 
-    _, meta = resolve_dataset(repo_id if root is None else None, root=root, revision=revision)
+    if meta is None and is_remote(root):
+        meta = remote_meta(str(root), revision=revision if str(root).startswith("hf://") else None)
+    elif meta is None:
+        _, meta = resolve_dataset(repo_id if root is None else None, root=root, revision=revision)
     if data.readable:
         return list(readable_episodes(meta))
     try:

@@ -25,7 +25,17 @@ robo_resume's data options (--data.*, and --dataset.episodes read first):
   A resume keeps --data.on_error and --data.features (and --dataset.episodes, in the
   config); --data.resume_strict applies to the one resume it is given to.
 
-Several datasets (--mix.*; give --dataset.repo_id as a name for the run):
+Streaming (nothing downloaded but meta/, cached in $ROBO_RESUME_CACHE/remote):
+  --dataset.streaming=true  with --dataset.repo_id=ORG/NAME (no --dataset.root): read
+                        hf://datasets/ORG/NAME at --dataset.revision (default main) as byte
+                        ranges; HF_ENDPOINT and HF_TOKEN as for huggingface_hub
+  --dataset.root=URL    hf://datasets/ORG/NAME[@REV], s3://..., gs://... or https://...
+                        streams with or without the flag (credentials: docs/remote.md)
+  Workers: spawn (lerobot's default), forkserver or null; fork is refused for a streamed
+  dataset. A resume streams again from the checkpoint's config.
+
+Several datasets (--mix.*; give --dataset.repo_id as a name for the run; --mix.roots may be
+URLs):
   --mix.roots=A,B / --mix.repo_ids=x/a,y/b  the sources (the policy's features: the first's)
   --mix.weights=1,3     share of the batches per source (default: equal)
   --mix.features='[{"actions": "action"}, {}]'  one feature mapping per source, in --mix.roots

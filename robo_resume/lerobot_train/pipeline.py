@@ -30,6 +30,7 @@ from .setup import (
     build_dataset,
     camera_keys,
     check_files_at_start,
+    check_worker_context,
     counts,
     eval_loader,
     eval_split,
@@ -39,6 +40,7 @@ from .setup import (
     processors,
     resolve_data,
     resolve_mix,
+    streamed_meta,
     validate,
     worker_logging,
 )
@@ -94,18 +96,22 @@ def train(
     resume_dir = Path(cfg.checkpoint_path) if cfg.resume else None
     saved = read_saved(resume_dir) if resume_dir is not None else {}
     mix = resolve_mix(mix, saved.get("options"))
+    check_worker_context(cfg, mix)  # fork and a remote dataset: refused before anything is built
+    source_meta = streamed_meta(cfg) if mix is None else None  # meta/ only, cached
+    if main_process and source_meta is not None:
+        log.info(streaming_line(source_meta))
     data, overridden = (data or DataOptions()).resumed((saved.get("options") or {}).get("data"))
     if main_process:
         for note in overridden:
             log.info("resume: %s", note)
-    mix = resolve_data(cfg, mix, data, log if main_process else None)
+    mix = resolve_data(cfg, mix, data, log if main_process else None, source_meta)
     if main_process and mix is not None:
         logging.info(f"mix of {len(mix.sources())} datasets: {mix.to_dict()}")
     tuning = resolve_stream(stream, saved.get("options"), cfg.batch_size)
     if main_process:
         logging.info(stream_line(tuning))
 
-    meta = policy_metadata(cfg, mix, data)
+    meta = policy_metadata(cfg, mix, data, source_meta)
     policy = make_policy(cfg=cfg.policy, ds_meta=meta, rename_map=cfg.rename_map)
     if cfg.peft is not None:
         from lerobot.utils.import_utils import require_package
@@ -139,7 +145,15 @@ def train(
             f"(eval_split={cfg.dataset.eval_split})"
         )
     dataset, data_note = build_dataset(
-        cfg, mix, meta, saved.get("data_state"), resume_dir, train_episodes, tuning, data
+        cfg,
+        mix,
+        meta,
+        saved.get("data_state"),
+        resume_dir,
+        train_episodes,
+        tuning,
+        data,
+        source_meta=source_meta,
     )
     if data.on_error == "raise":
         check_files_at_start(dataset)  # a missing file: refused now, not at step 2 in a worker
@@ -215,7 +229,7 @@ def train(
     cameras = tuple(camera_keys(dataset))
     held_out = None
     if eval_episodes is not None and cfg.eval_steps > 0:
-        held_out = eval_loader(cfg, meta, eval_episodes, rank, world)
+        held_out = eval_loader(cfg, meta, eval_episodes, rank, world, source_meta)
     index_log = os.environ.get(INDEX_LOG_ENV)
     if resume_dir is not None:
         restore_rng(resume_dir, rank, world, log)  # the last thing before the first step (3.)
@@ -309,6 +323,18 @@ def train(
     if lock is not None:
         lock.release()
     accelerator.end_training()
+
+
+def streaming_line(meta: Any) -> str:
+    """The log line of a streamed dataset (``meta``: its ``DatasetMeta``): its URL (without
+    credentials), the commit it is read at (Hub), where ``meta/`` is cached, and that nothing
+    else is downloaded."""
+    commit = getattr(meta.files, "revision", None)
+    at = f" at commit {commit}" if commit else ""
+    return (
+        f"streaming {meta.files.shown}{at}: meta/ cached in {meta.root}, data and video "
+        "files read as byte ranges (nothing else is downloaded)"
+    )
 
 
 def take_lock(output_dir: Path, main_process: bool, world: int, log: logging.Logger):

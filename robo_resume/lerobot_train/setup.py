@@ -1,5 +1,12 @@
 """``robo-resume train``'s set-up around lerobot's pieces: flags it cannot honour, the policy's
-metadata (stats over a mix), processors, the robo_resume dataset, lerobot's eval split."""
+metadata (stats over a mix), processors, the robo_resume dataset, lerobot's eval split.
+
+A dataset is streamed (read as byte ranges, nothing downloaded but ``meta/``, which the remote
+layer caches: :mod:`robo_resume.remote`) when ``--dataset.root`` is a URL (``hf://``,
+``s3://``, ``gs://``, ``http(s)://``) or when ``--dataset.streaming=true`` comes without a
+root: then ``hf://datasets/REPO_ID`` at ``--dataset.revision`` (:func:`stream_url`). The
+policy's metadata is then lerobot's ``LeRobotDatasetMetadata`` read from that cached
+``meta/`` folder (:func:`streamed_meta`)."""
 
 from __future__ import annotations
 
@@ -14,13 +21,14 @@ from typing import Any
 import torch
 
 from ..dataset import ChunkedEpisodeDataset
-from ..errors import ResumeStateError, describe, format_ranges
+from ..errors import MissingFileError, RemoteReadError, ResumeStateError, describe, format_ranges
 from ..files import check_files
-from ..format.metadata import load_metadata
+from ..format.metadata import DatasetMeta, load_metadata
 from ..hub import resolve_dataset
 from ..items.names import renamed
 from ..mix import MixedDataset, MixSource
 from ..reader import LeRobotReader
+from ..remote.files import is_remote, remote_meta
 from ..state.fingerprint import ABOUT, in_words
 from ..state.resume import ResumeState
 from ..stream.tuning import StreamTuning
@@ -73,8 +81,33 @@ def validate(cfg: Any, mix: MixOptions | None = None) -> None:
     refuse = []
     if getattr(cfg, "is_reward_model_training", False):
         refuse.append(("--reward_model.*", "robo-resume train trains policies"))
-    if cfg.dataset.streaming:
-        refuse.append(("--dataset.streaming=true", "robo_resume always streams; drop the flag"))
+    if cfg.dataset.streaming and mix is not None:
+        refuse.append(
+            (
+                "--dataset.streaming=true with --mix.*",
+                "give the remote sources as URLs, --mix.roots=hf://datasets/ORG/A,s3://BUCKET/B "
+                "(a URL root streams without the flag)",
+            )
+        )
+    if cfg.dataset.streaming and getattr(cfg.dataset, "repo_type", "dataset") != "dataset":
+        refuse.append(
+            (
+                f"--dataset.repo_type={cfg.dataset.repo_type}",
+                "stream a dataset repo (--dataset.repo_type=dataset), or an object store URL "
+                "as --dataset.root=s3://...",
+            )
+        )
+    url = stream_url(cfg)
+    if url is not None and not url.startswith("hf://") and cfg.dataset.revision:
+        from ..remote.store import redact_url
+
+        refuse.append(
+            (
+                f"--dataset.revision={cfg.dataset.revision} with --dataset.root={redact_url(url)}",
+                "a revision names a commit of a Hub dataset: drop --dataset.revision (point "
+                "--dataset.root at an immutable copy instead)",
+            )
+        )
     if getattr(cfg.dataset, "eval_split", 0.0) and mix is not None:
         refuse.append(
             (
@@ -105,6 +138,137 @@ def validate(cfg: Any, mix: MixOptions | None = None) -> None:
         )
 
 
+def stream_url(cfg: Any) -> str | None:
+    """The URL ``robo-resume train`` streams its dataset from, or None (a local folder, or a
+    Hub snapshot downloaded by :func:`robo_resume.hub.resolve_dataset`).
+
+    ``--dataset.root`` when it is a URL (``hf://``, ``s3://``, ``gs://``, ``http(s)://``), with
+    or without ``--dataset.streaming``; else ``hf://datasets/REPO_ID`` when
+    ``--dataset.streaming=true`` comes without ``--dataset.root``. A local root with
+    ``--dataset.streaming=true`` is read in place (robo_resume streams every dataset).
+    """
+    root = cfg.dataset.root
+    if root is not None:
+        return str(root) if is_remote(str(root)) else None
+    if cfg.dataset.streaming and isinstance(cfg.dataset.repo_id, str):
+        return f"hf://datasets/{cfg.dataset.repo_id}"
+    return None
+
+
+def dataset_root(cfg: Any) -> Any:
+    """The root the dataset is opened from: :func:`stream_url`, else ``--dataset.root``
+    (None: ``--dataset.repo_id`` is downloaded)."""
+    return stream_url(cfg) or cfg.dataset.root
+
+
+def stream_revision(cfg: Any) -> str | None:
+    """The Hub revision of a streamed ``hf://`` dataset (``--dataset.revision``, else one
+    written in the URL as ``@REV``); None for other URLs."""
+    url = stream_url(cfg)
+    if url is None or not url.startswith("hf://"):
+        return None
+    if cfg.dataset.revision:
+        return str(cfg.dataset.revision)
+    return url.rstrip("/").partition("@")[2] or None
+
+
+def streamed_meta(cfg: Any) -> DatasetMeta | None:
+    """The metadata of the streamed dataset (:func:`stream_url`; None when it is not streamed):
+    ``meta/`` fetched into the remote cache once per version, data and video files served as
+    byte ranges (:func:`robo_resume.remote.files.remote_meta`).
+
+    Raises:
+        TrainSetupError: the repo, revision or URL cannot be read; the message names the repo,
+            the revision and the endpoint (or the URL) and the flags to fix.
+    """
+    url = stream_url(cfg)
+    if url is None:
+        return None
+    revision = stream_revision(cfg)
+    try:
+        return remote_meta(url, revision=revision)
+    except (RemoteReadError, MissingFileError) as exc:
+        raise TrainSetupError(stream_refusal(url, revision, exc)) from exc
+    except ValueError as exc:  # an hf:// URL whose repo id is not ORG/NAME
+        if "Not a Hub dataset URL" not in str(exc):
+            raise
+        raise TrainSetupError(stream_refusal(url, revision, exc)) from exc
+
+
+def stream_refusal(url: str, revision: str | None, exc: BaseException) -> str:
+    """The message of a streamed dataset that cannot be opened: what (the repo and revision on
+    the endpoint, or the URL), the remote layer's error, the flags and variables to fix."""
+    from ..remote.hub import hub_endpoint
+    from ..remote.store import redact_url
+
+    text = str(exc)
+    if not url.startswith("hf://"):
+        shown = redact_url(url)
+        return describe(
+            f"Cannot stream the dataset at {shown}",
+            expected="a LeRobot dataset root (the folder holding meta/info.json)",
+            found=f"{type(exc).__name__}: {text}",
+            fix="check --dataset.root (the URL of the dataset's root folder) and the "
+            "credentials of its store (docs/remote.md, Credentials: AWS_* or AWS_PROFILE, "
+            "AWS_ENDPOINT_URL, GOOGLE_APPLICATION_CREDENTIALS)",
+        )
+    repo = url.removeprefix("hf://datasets/").rstrip("/").partition("@")[0]
+    rev = revision or "main"
+    endpoint = hub_endpoint()
+    if "RevisionNotFound" in text:
+        what = f"The Hub at {endpoint} has no revision {rev!r} of the dataset repo {repo!r}"
+    elif "RepositoryNotFound" in text:
+        what = (
+            f"The Hub at {endpoint} has no dataset repo {repo!r} (revision {rev!r}) that this "
+            "account can read"
+        )
+    else:
+        what = f"Cannot stream the dataset repo {repo!r} at revision {rev!r} from {endpoint}"
+    return describe(
+        what,
+        expected="--dataset.repo_id=ORG/NAME of a LeRobot dataset repo on that endpoint and "
+        "--dataset.revision a branch, tag or commit of it (default main)",
+        found=f"{type(exc).__name__}: {text}",
+        fix=f"check --dataset.repo_id={repo} and --dataset.revision={rev} (LeRobot datasets "
+        "publish tags such as v3.0); HF_ENDPOINT names the endpoint; a private or gated "
+        "dataset needs HF_TOKEN (or `hf auth login`)",
+    )
+
+
+def remote_roots(cfg: Any, mix: MixOptions | None) -> list[str]:
+    """The URLs of the datasets this run streams (the dataset's, or each remote mix source's)."""
+    if mix is None:
+        url = stream_url(cfg)
+        return [url] if url else []
+    return [str(s["root"]) for s in mix.sources() if s["root"] and is_remote(str(s["root"]))]
+
+
+def check_worker_context(cfg: Any, mix: MixOptions | None) -> None:
+    """Refuse ``--dataloader_multiprocessing_context=fork`` with workers for a streamed
+    dataset (the network client of its store does not survive a fork,
+    :mod:`robo_resume.workers`) with a :class:`TrainSetupError`, before anything is built.
+    lerobot's default, ``spawn``, and ``null`` (robo_resume's forkserver) work."""
+    urls = remote_roots(cfg, mix)
+    context = cfg.dataloader_multiprocessing_context
+    if not urls or cfg.num_workers <= 0 or context != "fork":
+        return
+    from ..remote.store import redact_url
+
+    raise TrainSetupError(
+        describe(
+            "--dataloader_multiprocessing_context=fork cannot start the DataLoader workers of "
+            "a streamed dataset: the network client of its store (obstore's runtime) does not "
+            "survive a fork, and forked workers would hang on their first read",
+            expected="--dataloader_multiprocessing_context=spawn (lerobot's default) or "
+            "forkserver, or null (robo_resume's forkserver)",
+            found=f"--dataloader_multiprocessing_context=fork with --num_workers="
+            f"{cfg.num_workers} for {', '.join(redact_url(u) for u in urls)}",
+            fix="drop --dataloader_multiprocessing_context (spawn), or pass "
+            "--dataloader_multiprocessing_context=forkserver, or --num_workers=0",
+        )
+    )
+
+
 def resolve_mix(flags: MixOptions | None, saved: dict[str, Any] | None) -> MixOptions | None:
     saved_mix = MixOptions.from_dict(saved["mix"]) if saved and saved.get("mix") else None
     if flags is None:
@@ -121,13 +285,18 @@ RESUME_STRICT_RISK = (
 
 
 def resolve_data(
-    cfg: Any, mix: MixOptions | None, data: DataOptions, log: logging.Logger | None
+    cfg: Any,
+    mix: MixOptions | None,
+    data: DataOptions,
+    log: logging.Logger | None,
+    source_meta: DatasetMeta | None = None,
 ) -> MixOptions | None:
     """Apply the ``--data.*`` flags that change the config or the mix: a ``--dataset.episodes``
     of ``readable`` or a slice string resolved to indices (into ``cfg.dataset.episodes``,
     which ``train_config.json`` keeps for the resume; in a mix, ``readable`` per source into
     the mix options, which the checkpoint keeps), and the ``--data.resume_strict=false``
-    warning (``log``: None on the other ranks). Returns the mix options."""
+    warning (``log``: None on the other ranks). ``source_meta``: the streamed dataset's
+    metadata (:func:`streamed_meta`; None: read here when needed). Returns the mix options."""
     if mix is not None and data.features:
         raise TrainSetupError(
             describe(
@@ -147,7 +316,9 @@ def resolve_data(
     if data.episodes is None:
         return mix
     if mix is None:
-        chosen = resolve_episodes(data, cfg.dataset.root, cfg.dataset.repo_id, cfg.dataset.revision)
+        chosen = resolve_episodes(
+            data, dataset_root(cfg), cfg.dataset.repo_id, cfg.dataset.revision, source_meta
+        )
         cfg.dataset.episodes = chosen
         if log is not None:
             log.info(
@@ -181,10 +352,19 @@ def resolve_data(
     return dataclasses.replace(mix, episodes=tuple(episodes))
 
 
-def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None = None) -> Any:
+def policy_metadata(
+    cfg: Any,
+    mix: MixOptions | None,
+    data: DataOptions | None = None,
+    source_meta: DatasetMeta | None = None,
+) -> Any:
     """lerobot's ``LeRobotDatasetMetadata`` the policy is built from (stats over a mix), its
     features renamed by ``--data.features`` (or the first source's ``--mix.features``) and
-    checked against what the policy reads (:func:`~.features.check_policy_features`)."""
+    checked against what the policy reads (:func:`~.features.check_policy_features`).
+
+    A streamed dataset's (:func:`stream_url`; ``source_meta``, else fetched here) is read from
+    the remote cache's copy of its ``meta/`` (features, stats, fps, episodes): nothing of
+    ``data/`` or ``videos/`` is fetched, and lerobot downloads nothing."""
     from lerobot.datasets import LeRobotDatasetMetadata
     from lerobot.utils.constants import IMAGENET_STATS
 
@@ -192,9 +372,15 @@ def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None =
         first = mix.sources()[0]
         if cfg.dataset.root is None and first["root"] is not None:
             cfg.dataset.root = first["root"]
+    root = dataset_root(cfg)
+    meta_root = root
+    if root is not None and is_remote(str(root)):
+        streamed = source_meta or streamed_meta(cfg)
+        assert streamed is not None
+        meta_root = streamed.root  # the cached meta/ folder: lerobot reads it, fetches nothing
     try:
         meta = LeRobotDatasetMetadata(
-            cfg.dataset.repo_id, root=cfg.dataset.root, revision=cfg.dataset.revision
+            cfg.dataset.repo_id, root=meta_root, revision=cfg.dataset.revision
         )
     except Exception as exc:
         if type(exc).__name__ == "BackwardCompatibilityError":
@@ -203,7 +389,7 @@ def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None =
                     "lerobot 0.6 builds the policy from v3.0 metadata only, and this dataset "
                     "is in an older format",
                     found=str(exc).strip().splitlines()[0],
-                    file=cfg.dataset.root,
+                    file=root,
                     fix="convert it (python -m lerobot.scripts.convert_dataset_v21_to_v30), or, "
                     "in a mix, name a v3.0 dataset first in --mix.roots (the other sources may "
                     "be v2.1)",
@@ -213,8 +399,9 @@ def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None =
             describe(
                 "lerobot could not read the dataset's metadata",
                 found=f"{type(exc).__name__}: {exc}",
-                file=cfg.dataset.root,
-                fix="check --dataset.repo_id and --dataset.root (a folder holding meta/info.json)",
+                file=root,
+                fix="check --dataset.repo_id and --dataset.root (a folder holding meta/info.json, "
+                "or its URL)",
             )
         ) from exc
     if mix is not None:
@@ -224,7 +411,7 @@ def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None =
     else:
         mapping, flag, others = (data.features if data else None) or {}, "--data.features", None
     original = dict(meta.features)
-    check_mapping(original, mapping, flag, cfg.dataset.root)
+    check_mapping(original, mapping, flag, meta_root)
     apply_mapping(meta, mapping)
     check_policy_features(cfg, meta, mapping, original, flag, others)
     if mix is not None and len(mix.sources()) > 1:
@@ -232,7 +419,9 @@ def policy_metadata(cfg: Any, mix: MixOptions | None, data: DataOptions | None =
 
         stats = [meta.stats]
         for s in mix.sources()[1:]:  # robo_resume reads v2.1 sources too, lerobot 0.6 does not
-            if s["root"] is not None and (Path(s["root"]) / "meta").is_dir():
+            if s["root"] is not None and is_remote(str(s["root"])):
+                other = remote_meta(str(s["root"]))  # meta/ only, cached
+            elif s["root"] is not None and (Path(s["root"]) / "meta").is_dir():
                 other = load_metadata(s["root"])
             else:
                 other = resolve_dataset(s["repo_id"], root=s["root"])[1]
@@ -312,6 +501,7 @@ def build_dataset(
     *,
     rank: int | None = None,
     world_size: int | None = None,
+    source_meta: DatasetMeta | None = None,
 ) -> tuple[Any, str | None]:
     """The robo_resume dataset for ``cfg`` and, on resume, a note on what is not exact.
 
@@ -320,7 +510,9 @@ def build_dataset(
     resume_strict, features; None: the defaults). A checkpoint whose data state does not fit
     is refused with a :class:`~robo_resume.errors.ResumeStateError` that says what differs
     (:func:`refusal`). ``rank``, ``world_size``: the dataset's place in the run (None: from
-    ``torch.distributed``, as training does; ``robo-resume plan`` builds each rank's)."""
+    ``torch.distributed``, as training does; ``robo-resume plan`` builds each rank's).
+    ``source_meta``: the streamed dataset's metadata (:func:`streamed_meta`), so that the data
+    is read at the commit the policy's metadata came from (None: opened here)."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
     data = data or DataOptions()
@@ -349,10 +541,12 @@ def build_dataset(
     ds: ChunkedEpisodeDataset | MixedDataset
     if mix is None:
         # built without the state, which is then checked: a refusal can say what differs
+        root = dataset_root(cfg)
         ds = ChunkedEpisodeDataset(
-            cfg.dataset.root,
-            repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
-            revision=cfg.dataset.revision,
+            root,
+            repo_id=None if root else cfg.dataset.repo_id,
+            revision=stream_revision(cfg) if is_remote(root) else cfg.dataset.revision,
+            meta=source_meta if is_remote(root) else None,
             episodes=episodes if episodes is not None else cfg.dataset.episodes,
             features=data.features or None,
             infinite=True,
@@ -513,14 +707,25 @@ def eval_split(cfg: Any, meta: Any) -> tuple[list[int] | None, list[int] | None]
     return sorted(train_eps), sorted(eval_eps)
 
 
-def eval_loader(cfg: Any, meta: Any, episodes: list[int], rank: int, world: int) -> Any:
-    """Every held-out frame once per evaluation (this rank's share under DDP), uint8 images."""
+def eval_loader(
+    cfg: Any,
+    meta: Any,
+    episodes: list[int],
+    rank: int,
+    world: int,
+    source_meta: DatasetMeta | None = None,
+) -> Any:
+    """Every held-out frame once per evaluation (this rank's share under DDP), uint8 images;
+    a streamed dataset's (``source_meta``, else fetched here) read as byte ranges too."""
     from lerobot.datasets.factory import resolve_delta_timestamps
 
+    root = dataset_root(cfg)
+    streamed = (source_meta or streamed_meta(cfg)) if is_remote(root) else None
     reader = LeRobotReader(
-        cfg.dataset.root,
-        repo_id=None if cfg.dataset.root else cfg.dataset.repo_id,
+        None if streamed is not None else root,
+        repo_id=None if root else cfg.dataset.repo_id,
         revision=cfg.dataset.revision,
+        meta=streamed,
         episodes=episodes,
         delta_timestamps=resolve_delta_timestamps(cfg.trainable_config, meta),
         image_dtype="uint8",
