@@ -22,7 +22,9 @@ Reads go through one block cache per process (:class:`BlockCache`), bounded by `
 The store is opened lazily in each process (a DataLoader worker opens its own); a Hub dataset
 is read at the commit its metadata was fetched at. Every read is checked by the store: short
 bodies, changed files (size or ETag differs from the first response in this process) and
-failures after the retries raise the store's errors, which name the URL and the range.
+failures after the retries raise the store's errors, which name the URL and the range. Across
+runs, each file is held to the size and ETag its first HEAD by any run recorded
+(:mod:`~.ledger`): a file replaced on the server under the same ``meta/info.json`` is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingFileError
 from ..format.ranged_file import SeekableReader
+from .ledger import FileLedger
 
 if TYPE_CHECKING:
     from ..format.metadata import DatasetMeta
@@ -194,7 +197,11 @@ class RemoteFiles:
         return Path(path).relative_to(self.root).as_posix()
 
     def info(self, path: Path) -> ObjectInfo | None:
-        """The file's size and ETag (one HEAD, then remembered), None if it does not exist."""
+        """The file's size and ETag (one HEAD, then remembered), None if it does not exist.
+
+        The first HEAD of a file by any run is recorded in the metadata cache folder's
+        :class:`~.ledger.FileLedger` (not for a Hub commit, which cannot change); a later one
+        that differs raises :class:`~robo_resume.errors.RemoteChangedError`."""
         rel = self.rel(path)
         if self._pid != os.getpid():
             self._reset()
@@ -204,6 +211,8 @@ class RemoteFiles:
             except MissingFileError:
                 found = None
             self.stats.heads += 1
+            if found is not None and self.revision is None:  # a Hub commit cannot change
+                FileLedger(self.root, self.shown).check(found)
             self._sizes[rel] = found
         return self._sizes[rel]
 
