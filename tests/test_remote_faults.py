@@ -165,7 +165,7 @@ def test_an_unchanged_dataset_reads_again_with_its_ledger(served, small):
 
 def test_the_first_of_concurrent_writers_wins(tmp_path):
     """Eight threads record eight versions of one file at once: one record, kept by all."""
-    ledger = FileLedger(tmp_path, "http://host/ds")
+    ledger = FileLedger(tmp_path, "https://user:SECRET@host/ds?token=SECRET2")
     start = threading.Barrier(8)
     outcome: dict[int, str] = {}
 
@@ -186,9 +186,10 @@ def test_the_first_of_concurrent_writers_wins(tmp_path):
     assert len(kept) == 1, outcome
     winner = ledger.recorded("videos/a.mp4")
     assert winner is not None and winner["etag"] == f'"etag{kept[0]}"'
-    assert all(
-        f'Expected size 100, ETag "etag{kept[0]}"' in o for o in outcome.values() if o != "kept"
-    )
+    refused = [o for o in outcome.values() if o != "kept"]
+    assert all(f'Expected size 100, ETag "etag{kept[0]}"' in o for o in refused)
+    assert all("At file https://host/ds/videos/a.mp4." in o for o in refused)
+    assert not any("SECRET" in o for o in refused)  # credentials and the query string dropped
     assert [p.name for p in (tmp_path / LEDGER).iterdir() if p.name.startswith(".")] == []
 
 

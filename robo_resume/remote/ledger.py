@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import RemoteChangedError, describe
-from .store import ObjectInfo
+from .store import ObjectInfo, redact_url
 
 __all__ = ["LEDGER", "FileLedger"]
 
@@ -46,13 +46,13 @@ class FileLedger:
     Args:
         folder: the metadata cache folder of one version (a :class:`~.meta.MetaCache` root);
             the ledger is ``folder / LEDGER``.
-        url: the dataset root's URL without credentials (for messages).
+        url: the dataset root's URL (messages show it without credentials or query string).
     """
 
     def __init__(self, folder: str | Path, url: str) -> None:
         self.folder = Path(folder)
         self.path = self.folder / LEDGER
-        self.url = url.rstrip("/")
+        self.url = redact_url(url).rstrip("/")
 
     def __repr__(self) -> str:
         return f"FileLedger({str(self.path)!r})"
