@@ -1,21 +1,28 @@
 """Training process for the SIGKILL fault-injection test (tests/test_faults.py).
 
 A long-lived *zygote* (this script) imports torch and robo_resume once, prints ``ready`` and
-then reads commands on stdin: ``run <id> [<workdir>]`` forks a fresh training process (its own
-session, so the test can also remove its DataLoader workers; ``--workdir`` unless given), prints
-``pid <pid>``, waits for it and prints
+then reads commands on stdin: ``run <id> [<workdir> [OPTIONS]]`` forks a fresh training process
+(its own session, so the test can also remove its DataLoader workers; ``--workdir`` unless
+given; OPTIONS, e.g. ``--workers 1 --batch-size 6``, override the zygote's own for this run),
+prints ``pid <pid>``, waits for it and prints
 ``exit <pid> <status>`` (negative: killed by that signal); ``quit`` ends. The zygote runs no torch
 code itself, so forking it is safe, and each training run costs a fork instead of a
 two-second interpreter start, which lets one test SIGKILL and resume a run 20+ times.
 
-A training run resumes from ``<workdir>/ckpt.pt`` if present, trains a tiny model on a
-2-worker ``ds.dataloader(num_workers=2)``, saves ``{"model", "optimizer", "step", "data":
-tracker.state_dict()}`` atomically (``save_checkpoint``) every ``--every`` steps, and appends one
-JSON line per event to ``<workdir>/log.jsonl`` with a single ``os.write`` on an ``O_APPEND``
-descriptor (the kernel keeps it when the process is SIGKILLed; a line is never cut by a kill):
+``--root`` may be a remote dataset's URL (tests/test_remote_kill.py): the zygote has not
+imported obstore (it checks), so each forked run opens its own client, and the run's
+DataLoader workers start from a forkserver of their own (a remote dataset's default).
+
+A training run resumes from ``<workdir>/ckpt.pt`` if present, trains a tiny model on
+``ds.dataloader(num_workers=W)`` (``--workers``, 2), saves ``{"model", "optimizer", "step",
+"data": tracker.state_dict()}`` atomically (``save_checkpoint``) every ``--every`` steps, and
+appends one JSON line per event to ``<workdir>/log.jsonl`` with a single ``os.write`` on an
+``O_APPEND`` descriptor (the kernel keeps it when the process is SIGKILLed; a line is never
+cut by a kill):
 
 - ``{"run", "event": "start", "resumed_from": step}``: the checkpoint this run continues;
-- ``{"run", "event": "step", "step", "epoch", "index": [...]}``: a batch the loop consumed;
+- ``{"run", "event": "step", "step", "epoch", "index": [...]}``: a batch the loop consumed
+  (with ``--digest``, also ``"digest": [...]``: per frame, a hash of every tensor's row);
 - ``{"run", "event": "ckpt", "step"}``: written after the checkpoint file replaced the old one;
 - ``{"run", "event": "done", "step"}``.
 
@@ -37,7 +44,7 @@ def train(args: argparse.Namespace, run: int, workdir: str) -> None:
     """One training run (in a forked process)."""
     import torch
 
-    from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset
+    from robo_resume import CURSOR_KEY, ChunkedEpisodeDataset, StreamTuning
     from robo_resume.audit import epochs_started
     from robo_resume.checkpoint import load_checkpoint, save_checkpoint
 
@@ -56,6 +63,8 @@ def train(args: argparse.Namespace, run: int, workdir: str) -> None:
         seed=args.seed,
         chunk_frames=args.chunk_frames,
         resume_state=ckpt["data"] if ckpt else None,
+        tuning=StreamTuning(order=args.order),
+        image_dtype=args.image_dtype,
     )
     torch.manual_seed(args.seed)
     model = torch.nn.Linear(4, 3)
@@ -67,8 +76,8 @@ def train(args: argparse.Namespace, run: int, workdir: str) -> None:
         step = ckpt["step"]
     log(event="start", resumed_from=step)
     tracker = ds.tracker()
-    loader = ds.dataloader(num_workers=2)
-    epochs = args.epochs - (epochs_started(ds, ckpt["data"], 2) if ckpt else 0)
+    loader = ds.dataloader(num_workers=args.workers)
+    epochs = args.epochs - (epochs_started(ds, ckpt["data"], args.workers) if ckpt else 0)
     for _ in range(epochs):
         for batch in loader:
             epoch = int(batch[CURSOR_KEY][-1, 3])
@@ -78,7 +87,8 @@ def train(args: argparse.Namespace, run: int, workdir: str) -> None:
             loss.backward()
             opt.step()
             step += 1
-            log(event="step", step=step, epoch=epoch, index=batch["index"].tolist())
+            extra = {"digest": frame_digests(batch)} if args.digest else {}
+            log(event="step", step=step, epoch=epoch, index=batch["index"].tolist(), **extra)
             print(f"step {step}", flush=True)
             if step % args.every == 0:
                 save_checkpoint(
@@ -97,7 +107,24 @@ def train(args: argparse.Namespace, run: int, workdir: str) -> None:
     print("done", flush=True)
 
 
-def main() -> int:
+def frame_digests(batch: dict) -> list[str]:
+    """Per frame of ``batch``, a hash of that frame's row of every tensor (images included)."""
+    import hashlib
+
+    import torch
+
+    keys = sorted(k for k, v in batch.items() if isinstance(v, torch.Tensor))
+    out = []
+    for row in range(len(batch["index"])):
+        h = hashlib.sha1()
+        for k in keys:
+            h.update(k.encode())
+            h.update(batch[k][row].contiguous().numpy().tobytes())
+        out.append(h.hexdigest()[:16])
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--root", required=True)
     p.add_argument("--workdir", required=True)
@@ -107,7 +134,15 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--every", type=int, default=3)
     p.add_argument("--slow", type=float, default=0.0)
-    args = p.parse_args()
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--order", default=None, choices=[None, "shuffle", "interleave"])
+    p.add_argument("--image-dtype", default="float32")
+    p.add_argument("--digest", action="store_true")
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
 
     # Import (and warm up) once here; every run is a fork. No data is read here: forking a
     # process whose Arrow or decoder threads are running is not safe.
@@ -120,6 +155,8 @@ def main() -> int:
     opt = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=0.1)  # imports torch.optim's
     opt.load_state_dict(opt.state_dict())  # lazily imported parts (about a second)
 
+    if "obstore" in sys.modules:  # a client made here would not survive the forks
+        raise SystemExit("fault_train: the zygote imported obstore before forking")
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = line.split()
@@ -134,7 +171,8 @@ def main() -> int:
                 # not the zygote's command pipe (DataLoader workers close stdin when they start)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
                 sys.stdin = open(os.devnull)
-                train(args, int(cmd[1]), cmd[2] if len(cmd) > 2 else args.workdir)
+                run_args = parser().parse_args(sys.argv[1:] + cmd[3:])  # later options win
+                train(run_args, int(cmd[1]), cmd[2] if len(cmd) > 2 else args.workdir)
                 code = 0
             except BaseException:
                 traceback.print_exc()

@@ -3,10 +3,11 @@
 Each server runs in a thread of this process on 127.0.0.1 with a port of its own and is
 stopped by the fixture that started it. All three share :class:`Faults`, which the test
 drives: the next N requests answer 5xx, stall (a timeout), have their bodies cut mid-way
-(connection reset) or send half the body with a matching Content-Length (a short read),
+(connection reset) or send half the body with a matching Content-Length (a short read)
+(``only``: just the requests whose ``"METHOD path"`` contains it, e.g. ``"GET videos/"``),
 each request waits ``latency`` seconds, bodies flow at ``bandwidth`` bytes/s, and a path can be
 served with other bytes (a changed file: other size and ETag). Requests and body bytes are
-counted per (method, path).
+counted per (method, path); ``log`` holds ``(method, path, Range header)`` of each request.
 
 - :class:`FolderServer` serves a local dataset folder with Range, HEAD, ETag and If-Match.
 - :class:`HubServer` adds what huggingface_hub and robo_resume call on a Hub: ``dataset_info``
@@ -65,6 +66,7 @@ class Faults:
     stall_next: int = 0
     truncate_next: int = 0
     stall: float = 2.0
+    only: str | None = None
     latency: float = 0.0
     bandwidth: float | None = None
     changed: dict[str, bytes] = field(default_factory=dict)
@@ -77,7 +79,7 @@ class Faults:
         """No faults and zero counts."""
         with self.lock:
             self.fail_next = self.reset_next = self.stall_next = self.truncate_next = 0
-            self.latency, self.bandwidth = 0.0, None
+            self.latency, self.bandwidth, self.only = 0.0, None, None
             self.changed.clear()
             self.requests.clear()
             self.bytes_sent.clear()
@@ -95,7 +97,9 @@ class Faults:
         """Body bytes sent for paths ending in ``path``."""
         return sum(n for p, n in self.bytes_sent.items() if p.endswith(path))
 
-    def _take(self, name: str) -> bool:
+    def _take(self, name: str, key: str | None = None) -> bool:
+        if self.only is not None and key is not None and self.only not in key:
+            return False
         with self.lock:
             if getattr(self, name) > 0:
                 setattr(self, name, getattr(self, name) - 1)
@@ -112,9 +116,9 @@ async def send(
         faults.log.append((request.method, key, request.headers.get("Range")))
     if faults.latency:
         await asyncio.sleep(faults.latency)
-    if faults._take("stall_next"):  # longer than the client's timeout
+    if faults._take("stall_next", f"{request.method} {key}"):  # longer than the client's timeout
         await asyncio.sleep(faults.stall)
-    if faults._take("fail_next"):
+    if faults._take("fail_next", f"{request.method} {key}"):
         return web.Response(status=faults.fail_status, text="injected failure")
     try:
         return await _write(request, faults, key, status, headers, body)
@@ -125,7 +129,11 @@ async def send(
 async def _write(
     request: web.Request, faults: Faults, key: str, status: int, headers: dict, body: bytes
 ) -> web.StreamResponse:
-    if request.method == "GET" and len(body) > 1 and faults._take("truncate_next"):
+    if (
+        request.method == "GET"
+        and len(body) > 1
+        and faults._take("truncate_next", f"{request.method} {key}")
+    ):
         body = body[: len(body) // 2]  # a short body that its headers do not give away
     resp = web.StreamResponse(status=status, headers=headers)
     if request.method != "HEAD" or "Content-Length" not in headers:
@@ -134,7 +142,7 @@ async def _write(
     if request.method == "HEAD":
         await resp.write_eof()
         return resp
-    if faults._take("reset_next") and len(body) > 1:
+    if faults._take("reset_next", f"{request.method} {key}") and len(body) > 1:
         with faults.lock:
             faults.bytes_sent[key] += len(body) // 2
         await resp.write(body[: len(body) // 2])

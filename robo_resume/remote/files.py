@@ -22,7 +22,9 @@ Reads go through one block cache per process (:class:`BlockCache`), bounded by `
 The store is opened lazily in each process (a DataLoader worker opens its own); a Hub dataset
 is read at the commit its metadata was fetched at. Every read is checked by the store: short
 bodies, changed files (size or ETag differs from the first response in this process) and
-failures after the retries raise the store's errors, which name the URL and the range.
+failures after the retries raise the store's errors, which name the URL and the range. Across
+runs, each file is held to the size and ETag its first HEAD by any run recorded
+(:mod:`~.ledger`): a file replaced on the server under the same ``meta/info.json`` is refused.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingFileError
 from ..format.ranged_file import SeekableReader
+from .ledger import FileLedger
 from .prefetch import Prefetcher, PrefetchStats, Span
 
 if TYPE_CHECKING:
@@ -58,8 +61,9 @@ BLOCK_SIZE = 64 << 10
 """Bytes per cached block (a read fetches whole blocks)."""
 
 CACHE_MB = 64
-"""Default bound of a process's block cache, in MB: each DataLoader worker and the main process
-hold at most this much (``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
+"""Default bound of the bytes a process holds, in MB: each DataLoader worker and the main
+process hold at most this much, 3/4 for prefetched ranges and 1/4 for blocks
+(``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
 
 CACHE_ENV = "ROBO_RESUME_REMOTE_CACHE_MB"
 
@@ -214,7 +218,11 @@ class RemoteFiles:
         return Path(path).relative_to(self.root).as_posix()
 
     def info(self, path: Path) -> ObjectInfo | None:
-        """The file's size and ETag (one HEAD, then remembered), None if it does not exist."""
+        """The file's size and ETag (one HEAD, then remembered), None if it does not exist.
+
+        The first HEAD of a file by any run is recorded in the metadata cache folder's
+        :class:`~.ledger.FileLedger` (not for a Hub commit, which cannot change); a later one
+        that differs raises :class:`~robo_resume.errors.RemoteChangedError`."""
         rel = self.rel(path)
         if self._pid != os.getpid():
             self._reset()
@@ -224,6 +232,8 @@ class RemoteFiles:
             except MissingFileError:
                 found = None
             self.stats.heads += 1
+            if found is not None and self.revision is None:  # a Hub commit cannot change
+                FileLedger(self.root, self.shown).check(found)
             self._sizes[rel] = found
         return self._sizes[rel]
 

@@ -14,6 +14,9 @@ dataset into ``CACHE/<url hash>/<version key>/meta/`` so that
    :func:`~robo_resume.remote.store.safe_path` before it becomes a local path.
 4. The manifest (path -> size, ETag) goes back to the caller, who opens the data store with
    it as ``expected=`` so that a data file read later is held to one version too.
+5. The data and video files are not in the key: the folder also holds their
+   :class:`~robo_resume.remote.ledger.FileLedger`, the size and ETag each had when a run first
+   read it, so that a file replaced on the server under the same info.json is refused.
 
 The cache folder is ``cache_dir``, else ``$ROBO_RESUME_CACHE/remote``, else
 ``~/.cache/robo_resume/remote``. Deleting a folder there is always safe.

@@ -75,12 +75,17 @@ class Block:
         return self.size if self.kept is None else self.kept
 
 
-def streaming_error(exc: Exception, where: str) -> Exception:
-    """``exc``'s type and message plus what the stream was reading (for on_error="raise")."""
-    msg = (
-        f"{exc} Raised while streaming {where}. To train on without the chunks whose files "
-        "fail, pass on_error='skip' (skips are logged and kept in the resume state)."
-    )
+def streaming_error(exc: Exception, where: str, *, skippable: bool = True) -> Exception:
+    """``exc``'s type and message plus what the stream was reading (for on_error="raise").
+
+    ``skippable``: whether ``on_error='skip'`` would skip this error (the message suggests it
+    only then; a remote read that failed after its retries is raised either way)."""
+    msg = f"{exc} Raised while streaming {where}."
+    if skippable:
+        msg += (
+            " To train on without the chunks whose files fail, pass on_error='skip' (skips are "
+            "logged and kept in the resume state)."
+        )
     try:
         return type(exc)(msg)
     except Exception:  # an exception type with another constructor: keep it as it is

@@ -17,7 +17,7 @@ from ..index.schedule import Group
 from ..items.builder import ItemBuilder
 from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
 from .read_ahead import take_ahead
-from .tuning import SKIP_ERRORS
+from .tuning import REMOTE_ERRORS, SKIP_ERRORS
 
 
 class _AfterFailure(Exception):
@@ -250,7 +250,7 @@ class GroupRead:
                     self.readers[j] = self.items.episode_reader(
                         segs[j].episode_index, frames.start, segs[j].stop
                     )
-                except SKIP_ERRORS as exc:
+                except (*SKIP_ERRORS, *REMOTE_ERRORS) as exc:
                     opened[j] = exc
                     if lanes is not None:
                         lanes.fail(j)
@@ -280,7 +280,7 @@ class GroupRead:
             if good and first >= bad[j]:  # an earlier block's read of it failed: not read
                 good = 0
             elif good:
-                if exc is not None and not isinstance(exc, SKIP_ERRORS):
+                if exc is not None and not isinstance(exc, (*SKIP_ERRORS, *REMOTE_ERRORS)):
                     raise exc
                 if exc is not None:
                     where = (
@@ -288,6 +288,8 @@ class GroupRead:
                         f"(chunk {seg.chunk_id}, epoch {epoch}, stream position "
                         f"{position + int(rows[0])})"
                     )
+                    if isinstance(exc, REMOTE_ERRORS):
+                        raise streaming_error(exc, where, skippable=False) from exc
                     if not self.skip:
                         raise streaming_error(exc, where) from exc
                     discard(readers[j])  # its later reads do not run (see _Lanes)

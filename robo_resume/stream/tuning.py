@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BROKEN_DATA_ERRORS, describe
+from ..errors import BROKEN_DATA_ERRORS, RemoteChangedError, RemoteReadError, describe
 from ..format.keyframes import AUTO_FILES as AUTO_FILES  # re-exported (documented here)
 from ..format.keyframes import AUTO_KEYFRAME_INTERVAL as AUTO_KEYFRAME_INTERVAL
 from ..index.schedule import (
@@ -44,6 +44,11 @@ ON_ERROR = ("raise", "skip")
 
 SKIP_ERRORS = BROKEN_DATA_ERRORS
 """Errors ``on_error="skip"`` skips a chunk for (anything else is raised)."""
+
+REMOTE_ERRORS = (RemoteReadError, RemoteChangedError)
+"""Errors of a remote read that failed for good (after the store's retries, or a file that
+changed on the server): raised with the episode and frames being read, never skipped (an outage
+or a new version of the dataset is not a broken file; skipping would drop what is readable)."""
 
 
 @dataclass(frozen=True)

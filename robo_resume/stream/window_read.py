@@ -22,7 +22,7 @@ from ..format.rgb import planar_rgb_rows
 from ..index.groups import Group
 from ..items.builder import ItemBuilder
 from .blocks import BatchTarget, Block, discard, skip_record, streaming_error
-from .tuning import SKIP_ERRORS
+from .tuning import REMOTE_ERRORS, SKIP_ERRORS
 
 __all__ = ["WindowRead"]
 
@@ -118,15 +118,16 @@ class WindowRead:
         done, exc = outcome
         seg = self.segs[j]
         if exc is not None:
-            if not isinstance(exc, SKIP_ERRORS):
+            if not isinstance(exc, (*SKIP_ERRORS, *REMOTE_ERRORS)):
                 raise exc
-            if not self.skip:
+            if not self.skip or isinstance(exc, REMOTE_ERRORS):
                 epoch = int(self.head[3])
                 where = (
                     f"frames {seg.start}..{seg.stop - 1} of episode {seg.episode_index} "
                     f"(chunk {seg.chunk_id}, epoch {epoch}, stream position {position})"
                 )
-                raise streaming_error(exc, where) from exc
+                skippable = not isinstance(exc, REMOTE_ERRORS)
+                raise streaming_error(exc, where, skippable=skippable) from exc
             self.bad[j] = seg.start
             epoch = int(self.head[3]) if seg.epoch is None else seg.epoch
             events.append(
