@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stuck_run import run_or_dump
 from train_zygote import Zygote, kill_group
 
 from robo_resume.testing import make_dataset
@@ -389,7 +390,8 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
         *common, "--batch_size=4", "--num_workers=2", "--steps=5", "--save_freq=5",
         f"--output_dir={out}",
     ]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(log), timeout=300)
+    # within pytest's 300 s: a hang fails with every process's stacks (tests/stuck_run.py)
+    p = run_or_dump(cmd, env=env_for(log), timeout=240)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     r0, r1 = steps_of(log, 0), steps_of(log, 1)
     assert [s for s, _ in r0] == [s for s, _ in r1] == [1, 2, 3, 4, 5]
