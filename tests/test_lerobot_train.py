@@ -384,9 +384,12 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
     ]
     cmd = [
         # --multi_gpu starts the processes with torchrun; on CPU (--policy.device=cpu) they use
-        # gloo. accelerate's --cpu launcher would start a single process.
+        # gloo. accelerate's --cpu launcher would start a single process. Port 0: a free port
+        # (accelerate's default, 29500, is shared by every such run on the machine; two that
+        # start together both find it free, and the second fails with EADDRINUSE).
         str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes=2", "--num_machines=1",
-        "--mixed_precision=no", "--dynamo_backend=no", "-m", "robo_resume.cli", "train",
+        "--main_process_port=0", "--mixed_precision=no", "--dynamo_backend=no",
+        "-m", "robo_resume.cli", "train",
         *common, "--batch_size=4", "--num_workers=2", "--steps=5", "--save_freq=5",
         f"--output_dir={out}",
     ]  # fmt: skip
