@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stuck_run import run_or_dump
 from train_zygote import Zygote, kill_group
 
 from robo_resume.testing import make_dataset
@@ -383,13 +384,18 @@ def test_two_processes_under_accelerate_then_one_with_other_workers_and_batch_si
     ]
     cmd = [
         # --multi_gpu starts the processes with torchrun; on CPU (--policy.device=cpu) they use
-        # gloo. accelerate's --cpu launcher would start a single process.
+        # gloo. accelerate's --cpu launcher would start a single process. Port 0: a free port
+        # (accelerate's default, 29500, is shared by every such run on the machine; two that
+        # start together both find it free, and the second fails with EADDRINUSE).
         str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes=2", "--num_machines=1",
-        "--mixed_precision=no", "--dynamo_backend=no", "-m", "robo_resume.cli", "train",
+        "--main_process_port=0", "--mixed_precision=no", "--dynamo_backend=no",
+        "-m", "robo_resume.cli", "train",
         *common, "--batch_size=4", "--num_workers=2", "--steps=5", "--save_freq=5",
         f"--output_dir={out}",
     ]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(log), timeout=300)
+    # well within pytest's 300 s (fixtures included, and the dump takes a while on a loaded
+    # machine): a hang fails with every process's stacks (tests/stuck_run.py)
+    p = run_or_dump(cmd, env=env_for(log), timeout=200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     r0, r1 = steps_of(log, 0), steps_of(log, 1)
     assert [s for s, _ in r0] == [s for s, _ in r1] == [1, 2, 3, 4, 5]
