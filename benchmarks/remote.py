@@ -25,8 +25,9 @@ loader delivers uint8 images in batches of 32 from 2 DataLoader workers:
 Each frames/s measurement builds the dataset and loader and discards ``--warmup`` batches
 (worker start, the first opens; lerobot's first batch waits for its shuffle buffer), then
 times ``--batches`` batches of robo_resume (``--peer-batches`` of lerobot, which stops after
-``--peer-seconds``). Targets: ``http@Lms / local >= 0.8`` and ``http@Lms / lerobot@Lms >=
-10``, each the median of the per-round ratios.
+``--peer-seconds``; a lerobot batch that takes longer than ``--peer-timeout`` fails its row).
+Targets: ``http@Lms / local >= 0.8`` and ``http@Lms / lerobot@Lms >= 10``, each the median of
+the per-round ratios.
 
 Bytes (fetched / needed). Fetched: the body bytes the server sent while the dataset was
 built, read and shut down (``Faults.bytes_sent``, every file, ``meta/`` included, a fresh
@@ -394,7 +395,11 @@ def run_lerobot(case: Case, args: argparse.Namespace) -> dict[str, Any]:
             f"bench/{case.name}", episodes=case.episodes, revision=COMMIT, return_uint8=True
         )
         loader = torch.utils.data.DataLoader(
-            ds, batch_size=BATCH, num_workers=WORKERS, multiprocessing_context="spawn"
+            ds,
+            batch_size=BATCH,
+            num_workers=WORKERS,
+            multiprocessing_context="spawn",
+            timeout=args.peer_timeout,  # a batch not ready by then fails the row
         )
         return _drain(loader, args.warmup, args.peer_batches, args.peer_seconds, cursor=False)
     except Exception as e:  # lerobot's own failure (e.g. issue #4524 on open50) is the result
@@ -700,6 +705,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=60, help="timed batches of robo_resume")
     p.add_argument("--peer-batches", type=int, default=40, help="timed batches of lerobot")
     p.add_argument("--peer-seconds", type=float, default=20.0, help="lerobot's timing cap")
+    p.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=300.0,
+        help="seconds lerobot's loader may take for one batch (its first fills a buffer)",
+    )
     p.add_argument("--warmup", type=int, default=8, help="batches not timed (first included)")
     p.add_argument("--latency-ms", type=float, default=20.0, help="added to every request")
     p.add_argument("--data-dir", type=Path, default=REPO / "out" / "bench_data")
