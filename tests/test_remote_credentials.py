@@ -238,3 +238,16 @@ def test_the_gcs_token_never_appears_in_messages_or_reprs(gcs):
     assert f"gs://{BUCKET}/{PREFIX}/meta/none.json" in texts[2]
     for text in texts:
         assert GCS_TOKEN not in text and "gcsSECRET" not in text, text
+
+
+@pytest.mark.parametrize("kind", ["s3-profile", "gs"])
+def test_credentials_reach_spawned_workers(kind, env, monkeypatch, tmp_path, small, request):
+    """Each worker opens its own store from the environment (a store does not pickle)."""
+    request.getfixturevalue("profile" if kind == "s3-profile" else "gcs")
+    url = f"{kind[:2]}://{BUCKET}/{PREFIX}"
+    ds = ChunkedEpisodeDataset(url, batch_size=4, seed=3)
+    got = list(ds.dataloader(num_workers=1, multiprocessing_context="spawn"))
+    local = ChunkedEpisodeDataset(small, batch_size=4, seed=3)
+    assert_same_batches(got, list(local.dataloader(num_workers=1)))
+    if kind == "s3-profile":
+        assert set(env["s3"].access_keys) == {PROFILE_KEY}
