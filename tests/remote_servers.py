@@ -1,4 +1,4 @@
-"""Loopback servers for the remote-reading tests: plain HTTP, a Hub endpoint, S3 (moto).
+"""Loopback servers for the remote-reading tests: plain HTTP, a Hub endpoint, S3 (moto), GCS.
 
 Each server runs in a thread of this process on 127.0.0.1 with a port of its own and is
 stopped by the fixture that started it. All three share :class:`Faults`, which the test
@@ -16,11 +16,14 @@ counted per (method, path); ``log`` holds ``(method, path, Range header)`` of ea
   ``/datasets/{repo}/resolve/{rev}/{path}`` with ``X-Repo-Commit`` and ``ETag``.
 - :class:`S3Server` is moto's ``ThreadedMotoServer`` behind a fault-injecting proxy; the
   dataset is uploaded with boto3.
+- :class:`GCSServer` answers the part of the GCS XML API that obstore's ``GCSStore`` calls on
+  a dataset (object GET with Range, HEAD, ``?list-type=2`` listing), with a bearer token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import re
@@ -29,8 +32,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
+from xml.sax.saxutils import escape
 
 from aiohttp import ClientSession, web
 
@@ -410,7 +415,8 @@ class S3Server(_ThreadServer):
     """moto's S3 (server mode) on 127.0.0.1 behind a proxy that applies :class:`Faults`.
 
     ``url`` is the proxy's endpoint (what clients use); ``moto_url`` is moto itself (for
-    uploads that must not be faulted or counted).
+    uploads that must not be faulted or counted). ``access_keys`` counts the access key ids
+    that requests were signed with (None: unsigned); moto itself accepts any key.
     """
 
     def __init__(self, faults: Faults | None = None):
@@ -424,6 +430,7 @@ class S3Server(_ThreadServer):
         self.moto_port = free_port()
         self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.moto_port, verbose=False)
         self._session: ClientSession | None = None
+        self.access_keys: Counter = Counter()
 
     @property
     def moto_url(self) -> str:
@@ -449,6 +456,9 @@ class S3Server(_ThreadServer):
         if self._session is None:
             self._session = ClientSession(auto_decompress=False)
         key = request.match_info["path"]
+        signed = re.search(r"Credential=([^/,\s]+)/", request.headers.get("Authorization", ""))
+        with self.faults.lock:
+            self.access_keys[signed.group(1) if signed else None] += 1
         headers = {
             k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
         }
@@ -507,6 +517,111 @@ class S3Server(_ThreadServer):
     def put(self, bucket: str, key: str, data: bytes) -> None:
         """Replace one object (a changed file) directly on moto."""
         self._client().put_object(Bucket=bucket, Key=key, Body=data)
+
+
+class GCSServer(_ThreadServer):
+    """``root`` served as the objects ``gs://{bucket}/{prefix}/{relative path}``.
+
+    What obstore's ``GCSStore`` (object_store's GCP client, XML API) asks for, found by
+    logging its requests against this loopback port with ``GOOGLE_BASE_URL`` set to ``url``:
+
+    - ``GET|HEAD /{bucket}/{object}`` (the object name percent-encoded, ``/`` as ``%2F``), with
+      one ``Range``; answered with ``ETag`` (quoted md5), ``Last-Modified``,
+      ``x-goog-generation`` and ``x-goog-hash``.
+    - ``GET /{bucket}?list-type=2&prefix=P[&delimiter=/]``: a ``ListBucketResult`` XML page
+      (every key at once, never truncated).
+
+    ``token``, when set, is required as ``Authorization: Bearer TOKEN`` (else 401).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        bucket: str = "bucket",
+        prefix: str = "",
+        token: str | None = None,
+        faults: Faults | None = None,
+    ):
+        super().__init__(faults)
+        self.root, self.bucket, self.token = Path(root), bucket, token
+        self.prefix = prefix.strip("/")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("GET", "/{path:.*}", self.handle)
+        app.router.add_route("HEAD", "/{path:.*}", self.handle)
+        return app
+
+    def _rel(self, name: str) -> str | None:
+        """The path under ``root`` of the object ``name``, or None outside the prefix."""
+        if not self.prefix:
+            return name
+        return name[len(self.prefix) + 1 :] if name.startswith(self.prefix + "/") else None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        raw = request.raw_path.split("?", 1)[0].lstrip("/")  # raw: %2F stays inside the name
+        bucket, _, encoded = raw.partition("/")
+        name = unquote(encoded)
+        key = name or f"list/{request.query.get('prefix', '')}"
+        if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
+            body = b"<Error><Code>AuthenticationRequired</Code></Error>"
+            return await send(request, self.faults, key, 401, {}, body)
+        if unquote(bucket) != self.bucket:
+            body = b"<Error><Code>NoSuchBucket</Code></Error>"
+            return await send(request, self.faults, key, 404, {}, body)
+        if not name:
+            return await self.list(request, key)
+        rel = self._rel(name)
+        data = None if rel is None else self._read(self.root, rel)
+        if data is None:
+            body = b"<Error><Code>NoSuchKey</Code></Error>"
+            return await send(request, self.faults, key, 404, {}, body)
+        return await serve_bytes(request, self.faults, key, data, self._headers(rel, data))
+
+    def _headers(self, rel: str | None, data: bytes) -> dict:
+        md5 = hashlib.md5(data).digest()
+        path = self.root / (rel or "")
+        mtime = path.stat().st_mtime if path.is_file() else time.time()
+        return {
+            "Last-Modified": formatdate(mtime, usegmt=True),
+            "x-goog-generation": str(int.from_bytes(md5[:6], "big")),  # another version: another
+            "x-goog-hash": "md5=" + base64.b64encode(md5).decode(),
+        }
+
+    async def list(self, request: web.Request, key: str) -> web.StreamResponse:
+        query = parse_qs(request.query_string)
+        want = query.get("prefix", [""])[0]
+        delimiter = query.get("delimiter", [""])[0]
+        contents, prefixes = [], set()
+        for p in sorted(self.root.rglob("*")):
+            if not p.is_file():
+                continue
+            rel = p.relative_to(self.root).as_posix()
+            name = f"{self.prefix}/{rel}" if self.prefix else rel
+            if not name.startswith(want):
+                continue
+            rest = name[len(want) :]
+            if delimiter and delimiter in rest:
+                prefixes.add(want + rest.split(delimiter, 1)[0] + delimiter)
+                continue
+            data = self._read(self.root, rel) or b""
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(p.stat().st_mtime))
+            contents.append(
+                f"<Contents><Key>{escape(name)}</Key><LastModified>{stamp}</LastModified>"
+                f"<ETag>{escape(etag_of(data))}</ETag><Size>{len(data)}</Size></Contents>"
+            )
+        common = "".join(
+            f"<CommonPrefixes><Prefix>{escape(p)}</Prefix></CommonPrefixes>"
+            for p in sorted(prefixes)
+        )
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            '<ListBucketResult xmlns="http://doc.s3.amazonaws.com/2006-03-01">'
+            f"<Name>{escape(self.bucket)}</Name><Prefix>{escape(want)}</Prefix>"
+            f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount><MaxKeys>1000</MaxKeys>"
+            f"<IsTruncated>false</IsTruncated>{''.join(contents)}{common}</ListBucketResult>"
+        ).encode()
+        return await send(request, self.faults, key, 200, {"Content-Type": "application/xml"}, body)
 
 
 def wait_until(predicate, timeout: float = 5.0) -> bool:

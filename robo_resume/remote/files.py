@@ -513,7 +513,7 @@ def remote_meta(
     except ImportError as exc:
         raise ImportError(
             f"reading {url} needs the remote extra: pip install 'robo_resume[remote]' "
-            "(obstore, huggingface_hub)"
+            "(obstore, huggingface_hub, boto3)"
         ) from exc
     from .hub import HubStore
     from .meta import fetch_meta
