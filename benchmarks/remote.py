@@ -39,11 +39,13 @@ copy, as the sum of
   order; the order they were emitted in does not matter) costs
   ``SampleTable.frame_range_bytes(first, stop)`` of ``read_sample_table`` (from the keyframe
   at or before the run through its last sample plus the reorder depth);
-- open: once per video file touched, the bytes FFmpeg reads to open it
-  (``SampleTable.open_spans()``: the head, the moov, the first packets) that no chunk holds;
-  a worker's runs sharing bytes (a keyframe's lead-in) count them once, two workers' twice;
-- parquet: once per data file touched, the compressed bytes of the row groups holding a
-  consumed row (every column) plus the footer (its metadata, length and magic);
+- open: once per worker and video file it touched, the bytes FFmpeg reads to open it
+  (``SampleTable.open_spans()``: the head, the moov, the first packets) that none of that
+  worker's chunks holds (every worker process opens its files itself); a worker's runs
+  sharing bytes (a keyframe's lead-in) count them once, two workers' twice;
+- parquet: once per worker and data file it touched, the compressed bytes of the row groups
+  holding a row that worker consumed (every column) plus the footer (its metadata, length and
+  magic);
 - meta: every file under ``meta/``.
 
 The target, ``<= 1.15``, is read off one whole epoch per remote dataset at 0 ms, consumed to
@@ -198,12 +200,15 @@ class Needs:
         for rel, eps in files.items():
             col, starts, sizes, footer = self.parquet(rel)
             order = np.argsort(col, kind="stable")
-            wanted = index[np.isin(episode, eps)]
-            rows = order[np.searchsorted(col, wanted, sorter=order)]
-            if not np.array_equal(col[rows], wanted):
-                raise RuntimeError(f"{rel}: consumed indices missing from the data file")
-            touched = np.unique(np.searchsorted(starts, rows, side="right") - 1)
-            parquet += int(sizes[touched].sum()) + footer
+            for g in np.unique(group):  # each worker reads the rows it consumes itself
+                wanted = index[np.isin(episode, eps) & (group == g)]
+                if not len(wanted):
+                    continue
+                rows = order[np.searchsorted(col, wanted, sorter=order)]
+                if not np.array_equal(col[rows], wanted):
+                    raise RuntimeError(f"{rel}: consumed indices missing from the data file")
+                touched = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+                parquet += int(sizes[touched].sum()) + footer
         for cam in self.meta.camera_keys:
             per_file: dict[str, list[tuple[int, int]]] = {}  # path -> [(group, frame in file)]
             for e in np.unique(episode):
@@ -220,7 +225,7 @@ class Needs:
                 per_file.setdefault(ref.path, []).extend(pairs)
             for rel, seen in per_file.items():
                 st = self.table(rel)
-                every: list[tuple[int, int]] = []
+                spans_open = merge_spans(st.open_spans())
                 for g in {g for g, _ in seen}:
                     fr = np.unique([f for gg, f in seen if gg == g])
                     breaks = np.flatnonzero(np.diff(fr) != 1) + 1
@@ -230,10 +235,9 @@ class Needs:
                     ]
                     mine = merge_spans(spans)  # a group's runs may share a keyframe's lead-in
                     chunks += _length(mine)
-                    every += mine
-                covered = merge_spans(every)
-                spans_open = merge_spans(st.open_spans())
-                opens += _length(spans_open) - _overlap(spans_open, covered)
+                    # each worker opens the file itself: its head and moov, less what its
+                    # chunks hold
+                    opens += _length(spans_open) - _overlap(spans_open, mine)
         total = chunks + opens + parquet + self.meta_bytes
         return {
             "video_chunks": chunks,
