@@ -59,10 +59,12 @@ whether the cost is flat in the position (a resume that replays would grow with 
 
 Datasets: (f) factory, 2 cameras 96x96, AV1 with a keyframe every 2 frames (lerobot's
 default encoding), 20 episodes of 300 frames, all in one data file and one mp4 per camera
-(the layout lerobot's streaming dataset can read), written once to ``--data-dir``; (d)
+(the layout lerobot's streaming dataset can read), written once to ``--data-dir``; (g) the
+same layout with one 480x640 camera, 10 episodes of 200 frames (frames the size of real
+recordings, which lerobot's streaming dataset can read, unlike open50); (d)
 ``../shared/datasets/open50`` read in place (the 43 episodes with video, 480x640 mpeg4, GOP 12).
 
-Run: ``python benchmarks/remote.py [--datasets f,d] [--rounds 3] [--latency-ms 20] [--json
+Run: ``python benchmarks/remote.py [--datasets f,g,d] [--rounds 3] [--latency-ms 20] [--json
 out/remote.json]``; ``--quick`` runs every row tiny (one round, a few batches, (f) with 4
 episodes of 64 frames, open50 with 3 episodes), as tests/test_benchmarks_remote.py does.
 """
@@ -94,8 +96,10 @@ TARGET_LOCAL = 0.8  # http@L / local
 TARGET_PEER = 10.0  # http@L / lerobot@L
 TARGET_BYTES = 1.15  # fetched / needed over an epoch
 FACTORY = dict(num_cameras=2, height=96, width=96, codec="av1", gop=2)
+LARGE = dict(num_cameras=1, height=480, width=640, codec="av1", gop=2)
 DESCRIPTION = {
     "f": "factory, 2 cams 96x96 AV1 gop 2, one file per camera",
+    "g": "factory, 1 cam 480x640 AV1 gop 2, one file",
     "d": "open50, 480x640 mpeg4 gop 12",
 }
 
@@ -103,21 +107,25 @@ DESCRIPTION = {
 # --------------------------------------------------------------------------- datasets
 
 
-def factory_root(data_dir: Path, quick: bool) -> Path:
-    """(f), written once to ``data_dir``: every episode in one data file and one mp4 a camera."""
+def factory_root(data_dir: Path, quick: bool, name: str = "f") -> Path:
+    """(f) or (g), written once to ``data_dir``: every episode in one data file and one mp4 a
+    camera (the layout lerobot's streaming dataset reads)."""
     from robo_resume.testing import make_dataset
 
-    lengths = (64,) * 4 if quick else (300,) * 20
-    root = data_dir / f"remote-f{'-quick' if quick else ''}"
+    if name == "f":
+        lengths, kw = ((64,) * 4 if quick else (300,) * 20), FACTORY
+    else:
+        lengths, kw = ((32,) * 2 if quick else (200,) * 10), LARGE
+    root = data_dir / f"remote-{name}{'-quick' if quick else ''}"
     if not (root / "meta" / "info.json").is_file():
-        progress(f"writing factory dataset (f) to {root}")
+        progress(f"writing factory dataset ({name}) to {root}")
         make_dataset(
             root,
             fps=30,
             episode_lengths=lengths,
             episodes_per_file=len(lengths),
             overwrite=True,
-            **FACTORY,
+            **kw,
         )
     return root
 
@@ -704,7 +712,11 @@ def torchcodec_error() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--datasets", default="f,d", help="which of f (factory), d (open50)")
+    p.add_argument(
+        "--datasets",
+        default="f,g,d",
+        help="which of f (factory 96x96), g (factory 480x640), d (open50)",
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batches", type=int, default=60, help="timed batches of robo_resume")
     p.add_argument("--peer-batches", type=int, default=40, help="timed batches of lerobot")
@@ -756,15 +768,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"robo_resume with its default order; added latency {args.latency_ms:g} ms/request")
         cases = []
         for name in args.datasets.split(","):
-            if name == "f":
-                cases.append(Case("f", factory_root(args.data_dir, args.quick), None))
+            if name in ("f", "g"):
+                cases.append(Case(name, factory_root(args.data_dir, args.quick, name), None))
             elif name == "d":
                 if not (OPEN50 / "meta" / "info.json").is_file():
                     p.error(f"{OPEN50} is absent (../shared/datasets/open50)")
                 eps = OPEN50_WITH_VIDEO[:3] if args.quick else OPEN50_WITH_VIDEO
                 cases.append(Case("d", OPEN50, eps))
             else:
-                p.error(f"unknown dataset {name!r}; expected a subset of f,d")
+                p.error(f"unknown dataset {name!r}; expected a subset of f,g,d")
         doc: dict[str, Any] = {
             "machine": info,
             "batch_size": BATCH,

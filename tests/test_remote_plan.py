@@ -19,6 +19,7 @@ from test_batches import assert_same_batches
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.format.mp4_ranges import read_sample_table
 from robo_resume.index.elastic import Layout
+from robo_resume.remote.files import PREFETCH_AHEAD
 from robo_resume.stream.reading import read_order
 
 EPISODES = list(OPEN50_WITH_VIDEO[:10])
@@ -83,7 +84,7 @@ def test_open50_stream_reads_its_planned_ranges_and_fetches_what_its_chunks_need
         assert pre is not None and pre.hits > 0, "the stream planned nothing"
         sent = sum(n for p, n in server.faults.bytes_sent.items() if p.endswith(".mp4"))
         unread = pre.fetched_bytes - pre.read_bytes  # fetched ahead when the stream stopped
-        assert unread <= 64 * 400_000  # at most PREFETCH_AHEAD ranges of a few hundred kB
+        assert unread <= PREFETCH_AHEAD * 400_000  # at most that many ranges of a few 100 kB
         need = needed_bytes(open50, remote.meta, consumed(got))
         ratio = (sent - unread) / need
         print(

@@ -84,7 +84,8 @@ def only_meta_on_disk(cache: Path) -> None:
     data or video file, no Hub snapshot, nothing in lerobot's home."""
     files = files_under(cache / "rr-cache")
     assert files and all(
-        f.split("/", 3)[3].startswith("meta/") or f.endswith("robo_resume_manifest.json")
+        f.split("/", 3)[3].startswith(("meta/", "robo_resume_files/"))  # the file ledger
+        or f.endswith("robo_resume_manifest.json")
         for f in files
     ), files
     assert any(f.endswith("meta/info.json") for f in files), files

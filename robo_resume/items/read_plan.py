@@ -14,9 +14,11 @@ read, costs requests when the decoder reads it, never a wrong frame.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import threading
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +31,14 @@ if TYPE_CHECKING:
 
 __all__ = ["SampleTables", "video_ranges"]
 
+WARM_PIECES = 64
+"""Pieces looked at together: the files they touch first are opened concurrently (a file's
+first reads are a few requests in a row; at 20 ms each, one file after the other would hold
+the plan back)."""
+
+WARM_THREADS = 8
+"""Files opened at once when a plan meets new ones."""
+
 logger = logging.getLogger("robo_resume")
 
 
@@ -39,6 +49,7 @@ class SampleTables:
     def __init__(self, meta: DatasetMeta) -> None:
         self.meta = meta
         self._tables: dict[Path, SampleTable | None] = {}
+        self._warmed: set[Path] = set()
         self._lock = threading.Lock()
 
     def get(self, path: Path) -> SampleTable | None:
@@ -56,6 +67,38 @@ class SampleTables:
         with self._lock:
             self._tables[path] = table
         return table
+
+    def warm(self, paths: Iterable[Path], data: Iterable[Path] = ()) -> None:
+        """Read the tables of the mp4s ``paths`` and the ends of the data files ``data`` (a
+        small file is fetched whole, a large one its footer) that were not read yet,
+        concurrently, so that the decoders and parquet readers opening them find their first
+        bytes fetched. Errors are left to the readers (a hint only)."""
+        with self._lock:
+            todo = [p for p in dict.fromkeys(paths) if p not in self._tables]
+            fresh = [p for p in dict.fromkeys(data) if p not in self._warmed]
+            self._warmed.update(fresh)
+        jobs = [(self.get, p) for p in todo] + [(self._touch_end, p) for p in fresh]
+        if len(jobs) <= 1:
+            for fn, p in jobs:
+                fn(p)
+            return
+        with ThreadPoolExecutor(min(WARM_THREADS, len(jobs))) as pool:
+            list(pool.map(lambda job: job[0](job[1]), jobs))
+
+    def _touch_end(self, path: Path) -> None:
+        try:
+            source = self.meta.files.open(path)
+            if isinstance(source, str):
+                return
+            try:
+                size = source.seek(0, io.SEEK_END)
+                if size:
+                    source.seek(size - 1)
+                    source.read(1)
+            finally:
+                source.close()
+        except Exception as exc:  # a hint only: the reader reports what is wrong
+            logger.debug("robo_resume: could not open %s ahead: %s", path, exc)
 
     def _read(self, path: Path) -> SampleTable:
         files = self.meta.files
@@ -106,7 +149,26 @@ def video_ranges(
     """
     fps = float(meta.fps)
     cams = list(meta.camera_keys)
-    for episode_index, start, stop in pieces:
+    it = iter(pieces)
+    while batch := list(itertools.islice(it, WARM_PIECES)):
+        eps = [meta.episode(int(e)) for e, _, _ in batch]
+        tables.warm(
+            (meta.root / ep.videos[c].path for ep in eps for c in cams if c in ep.videos),
+            (meta.root / ep.data_path for ep in eps),
+        )
+        yield from _ranges(meta, batch, tables, cams, fps, before, after)
+
+
+def _ranges(
+    meta: DatasetMeta,
+    batch: list[tuple[int, int, int]],
+    tables: SampleTables,
+    cams: list[str],
+    fps: float,
+    before: int,
+    after: int,
+) -> Iterator[tuple[Path, int, int]]:
+    for episode_index, start, stop in batch:
         ep = meta.episode(int(episode_index))
         a, b = max(int(start) - before, 0), min(int(stop) + after, ep.length)
         if b <= a:

@@ -14,8 +14,9 @@ Reads go through one block cache per process (:class:`BlockCache`), bounded by `
   read-ahead window per file by one block per request, up to :data:`MAX_READ_AHEAD` (1 MiB), so
   a long read costs few requests and a short one fetches little past its end; a seek elsewhere
   starts again at one block;
-- a file of at most ``whole_file`` bytes (1 MiB) is fetched whole on its first read (REMOTE.md:
-  small parquet files are cheapest in one request);
+- a data file of at most ``whole_file`` bytes (1 MiB) is fetched whole on its first read
+  (REMOTE.md: small parquet files are cheapest in one request); an mp4 never is: its chunks
+  are planned, and each worker needs only its own;
 - the cache drops the least recently used blocks past ``cache_mb``; a dropped block is fetched
   again if it is read again (never a wrong byte, only a request more).
 
@@ -70,21 +71,23 @@ CACHE_ENV = "ROBO_RESUME_REMOTE_CACHE_MB"
 MAX_READ_AHEAD = 1 << 20
 """Largest read-ahead window of sequential reads, in bytes."""
 
-PREFETCH_THREADS = 8
-"""Background fetches in flight per process: at 20 ms a request, 8 keep about 400 ranges a
-second coming (a shuffle-order stream of 2-frame chunks reads one or two per chunk)."""
+PREFETCH_THREADS = 24
+"""Background fetches in flight per process: at 20 ms a request, 24 keep about 1200 ranges a
+second coming (a shuffle-order stream of 2-frame chunks reads one a camera per chunk; measured
+with benchmarks/remote.py: at 8, a 96x96 dataset waited on the latency)."""
 
 PREFETCH_LAG = 64
 """Planned ranges read out of order by up to this many places stay held (see
 :class:`~.prefetch.Prefetcher`'s ``lag``): cameras and chunks decoded on several threads."""
 
-PREFETCH_AHEAD = 64
-"""Planned ranges a process holds ahead of its reads at most (cached or in flight): enough to
-keep :data:`PREFETCH_THREADS` fetches going at 20 ms a request, few enough that a stream that
-stops leaves little fetched for nothing."""
+PREFETCH_AHEAD = 192
+"""Planned ranges a process holds ahead of its reads at most (cached or in flight; the bytes
+also bounded by the cache): enough to keep :data:`PREFETCH_THREADS` fetches going at 20 ms a
+request, few enough that a stream that stops leaves little fetched for nothing."""
 
 WHOLE_FILE = 1 << 20
-"""Files of at most this many bytes are fetched whole on their first read."""
+"""Data files (not mp4s, whose chunks are planned) of at most this many bytes are fetched whole
+on their first read."""
 
 
 @dataclass
@@ -381,8 +384,8 @@ class RemoteFile(SeekableReader):
         per run of consecutive missing blocks."""
         bs, cache = self.files.block_size, self.files.cache
         nblocks = -(-self.size // bs)
-        if self.size <= WHOLE_FILE:
-            want_last = nblocks - 1  # small file: all of it at once
+        if self.size <= WHOLE_FILE and not self.rel.endswith(".mp4"):
+            want_last = nblocks - 1  # small data file: all of it at once
         else:
             if first == self._next_block:
                 self._window = min(self._window + 1, max(MAX_READ_AHEAD // bs, 1))
