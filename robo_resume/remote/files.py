@@ -6,7 +6,10 @@ dataset: its metadata is the local copy of ``meta/`` that :func:`~.meta.fetch_me
 ``root / rel`` is served from the store as a :class:`RemoteFile`. pyarrow and PyAV read those
 like local files; each read becomes byte-range requests.
 
-Reads go through one block cache per process (:class:`BlockCache`), bounded by ``cache_mb``:
+A stream plans the byte ranges of the chunks it will decode (:meth:`RemoteFiles.plan`, from
+``robo_resume.items.read_plan``): a :class:`~.prefetch.Prefetcher` fetches them ahead, and a
+read inside a planned range is served from its bytes (:meth:`RemoteFiles.held`). Every other
+read goes through one block cache per process:
 
 - the file is cut in blocks of ``block_size`` bytes (64 KiB); a read fetches the blocks it
   needs that are not cached, consecutive ones in one request;
@@ -17,8 +20,10 @@ Reads go through one block cache per process (:class:`BlockCache`), bounded by `
 - a data file of at most ``whole_file`` bytes (1 MiB) is fetched whole on its first read
   (REMOTE.md: small parquet files are cheapest in one request); an mp4 never is: its chunks
   are planned, and each worker needs only its own;
-- the cache drops the least recently used blocks past ``cache_mb``; a dropped block is fetched
+- the cache drops the least recently used blocks past its bound; a dropped block is fetched
   again if it is read again (never a wrong byte, only a request more).
+
+``cache_mb`` bounds both: 3/4 of it for the prefetched ranges, 1/4 for the blocks.
 
 The store is opened lazily in each process (a DataLoader worker opens its own); a Hub dataset
 is read at the commit its metadata was fetched at. Every read is checked by the store: short
