@@ -38,6 +38,8 @@ def test_remote_benchmark_quick(tmp_path: Path) -> None:
     proc = run_benchmark(
         "remote.py",
         "--quick",
+        "--datasets",
+        "f,d",  # (g) is (f)'s code path with larger frames: left out to keep the suite short
         "--data-dir",
         str(tmp_path / "data"),
         "--json",
@@ -49,7 +51,7 @@ def test_remote_benchmark_quick(tmp_path: Path) -> None:
     assert "decodes with torchcodec" in proc.stdout
     data = json.loads(out.read_text())
     rows = {r["dataset"]: r for r in data["rows"]}
-    assert sorted(rows) == ["d", "f", "g"]
+    assert sorted(rows) == ["d", "f"]
     for name, row in rows.items():
         assert row["sides"] == SIDES
         for side in SIDES:
