@@ -27,7 +27,7 @@ import numpy as np
 from ..format.mp4_ranges import READ_THROUGH, SampleTable, read_sample_table
 
 if TYPE_CHECKING:
-    from ..format.metadata import DatasetMeta
+    from ..format.metadata import DatasetMeta, EpisodeInfo
 
 __all__ = ["SampleTables", "video_ranges"]
 
@@ -50,6 +50,7 @@ class SampleTables:
         self.meta = meta
         self._tables: dict[Path, SampleTable | None] = {}
         self._warmed: set[Path] = set()
+        self._parked: dict[Path, int] = {}
         self._lock = threading.Lock()
 
     def get(self, path: Path) -> SampleTable | None:
@@ -67,6 +68,14 @@ class SampleTables:
         with self._lock:
             self._tables[path] = table
         return table
+
+    def parked(self, path: Path, table: SampleTable) -> int:
+        """Where a decoder of ``path`` parks (``VideoReader._park``): the end of the bytes
+        FFmpeg reads to open it (computed once per file)."""
+        end = self._parked.get(path)
+        if end is None:
+            end = self._parked[path] = table.open_spans()[-1][1]
+        return end
 
     def warm(self, paths: Iterable[Path], data: Iterable[Path] = ()) -> None:
         """Read the tables of the mp4s ``paths`` and the ends of the data files ``data`` (a
@@ -156,20 +165,20 @@ def video_ranges(
             (meta.root / ep.videos[c].path for ep in eps for c in cams if c in ep.videos),
             (meta.root / ep.data_path for ep in eps),
         )
-        yield from _ranges(meta, batch, tables, cams, fps, before, after)
+        yield from _ranges(meta, batch, eps, tables, cams, fps, before, after)
 
 
 def _ranges(
     meta: DatasetMeta,
     batch: list[tuple[int, int, int]],
+    eps: list[EpisodeInfo],
     tables: SampleTables,
     cams: list[str],
     fps: float,
     before: int,
     after: int,
 ) -> Iterator[tuple[Path, int, int]]:
-    for episode_index, start, stop in batch:
-        ep = meta.episode(int(episode_index))
+    for (_, start, stop), ep in zip(batch, eps, strict=True):
         a, b = max(int(start) - before, 0), min(int(stop) + after, ep.length)
         if b <= a:
             continue
@@ -192,7 +201,7 @@ def _ranges(
             s, e = table.frame_range_bytes(first, min(last, table.num_frames - 1) + 1)
             # a decoder seeks from the first sample (VideoReader._park): FFmpeg reads through
             # to a chunk at most READ_THROUGH bytes after it instead of seeking
-            parked = table.open_spans()[-1][1]
+            parked = tables.parked(path, table)
             if parked <= s <= parked + READ_THROUGH:
                 s = parked
             yield path, s, e
