@@ -35,21 +35,23 @@ runs, each file is held to the size and ETag its first HEAD by any run recorded
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingFileError
-from ..format.ranged_file import SeekableReader
+from ..format.ranged_file import SeekableReader, merge_spans
 from .ledger import FileLedger
-from .prefetch import Prefetcher, PrefetchStats, Span
+from .prefetch import Prefetcher, PrefetchStats, Span, SpanIndex
 
 if TYPE_CHECKING:
     from ..format.metadata import DatasetMeta
+    from ..format.mp4_ranges import SampleTable
     from .store import ObjectInfo, RetryPolicy, Store
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "is_remote",
     "remote_meta",
 ]
+
+logger = logging.getLogger("robo_resume")
 
 BLOCK_SIZE = 64 << 10
 """Bytes per cached block (a read fetches whole blocks)."""
@@ -89,6 +93,10 @@ PREFETCH_AHEAD = 192
 """Planned ranges a process holds ahead of its reads at most (cached or in flight; the bytes
 also bounded by the cache): enough to keep :data:`PREFETCH_THREADS` fetches going at 20 ms a
 request, few enough that a stream that stops leaves little fetched for nothing."""
+
+TABLE_HEAD = 4096
+"""Bytes of an mp4's head read first for its sample tables (its box headers; FFmpeg's probe
+reads 2 KiB of it)."""
 
 WHOLE_FILE = 1 << 20
 """Data files (not mp4s, whose chunks are planned) of at most this many bytes are fetched whole
@@ -196,6 +204,10 @@ class RemoteFiles:
         self._prefetcher: Prefetcher | None = None
         self._last_stats: PrefetchStats | None = None
         self._held = HeldSpans(max(self.prefetch_bytes // 8, 4 << 20))
+        self._opening = HeldSpans(max(total // 8, 8 << 20))
+        self._tables: dict[str, SampleTable | None] = {}
+        self._table_locks: dict[str, threading.Lock] = {}
+        self._block_locks: dict[str, threading.Lock] = {}
         self.stats = TrafficStats()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -260,7 +272,65 @@ class RemoteFiles:
         if info is None:
             self.store.head(self.rel(path))  # raises the store's MissingFileError, with the URL
             raise AssertionError("unreachable")
-        return RemoteFile(self, self.rel(path), info.size)
+        rel = self.rel(path)
+        file = RemoteFile(self, rel, info.size)
+        if rel.endswith(".mp4"):
+            file.sample_table = self.sample_table(path)
+        return file
+
+    def sample_table(self, path: Path) -> SampleTable | None:
+        """The sample tables of the mp4 at ``path``, read once per process, or None when they
+        cannot be read (the decoder then reads the file through blocks and reports what is
+        wrong with it).
+
+        They are read with exact ranges (the head, the ``moov``), and with them the bytes
+        FFmpeg reads to open the file (:meth:`~robo_resume.format.mp4_ranges.SampleTable.
+        open_spans`) and the last keyframe (where a decoder parks, ``VideoReader._park``) are
+        fetched exactly and kept: opening a file fetches no block. Concurrent callers wait for
+        one read."""
+        rel = self.rel(path)
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            if rel in self._tables:
+                return self._tables[rel]
+            lock = self._table_locks.setdefault(rel, threading.Lock())
+        with lock:
+            with self._lock:
+                if rel in self._tables:
+                    return self._tables[rel]
+            table = self._read_table(path, rel)
+            with self._lock:
+                self._tables[rel] = table
+        return table
+
+    def _read_table(self, path: Path, rel: str) -> SampleTable | None:
+        from ..format.mp4_ranges import read_sample_table
+
+        try:
+            info = self.info(path)
+            if info is None:
+                return None
+            got: list[tuple[int, bytes]] = []
+
+            def read(start: int, end: int) -> bytes:
+                data = self.fetch(rel, start, end)
+                got.append((start, data))
+                return data
+
+            table = read_sample_table(read, info.size, name=self.where(path), head=TABLE_HEAD)
+            # exactly the spans FFmpeg reads to open and to park (reads stop at their ends:
+            # where a parked decoder stands is then known, SampleTable.first_park)
+            want = merge_spans([*table.open_spans(), table.last_key_span])
+            for a, b in _missing(want, [(a, a + len(d)) for a, d in got]):
+                read(a, b)
+            spans = [(a, _cut(got, a, b)) for a, b in want]
+        except Exception as exc:  # a hint only: the decoder reports what is wrong with it
+            logger.debug("robo_resume: no sample tables for %s: %s", self.where(path), exc)
+            return None
+        for start, data in spans:
+            self._opening.put(Span(rel, start, start + len(data)), data)
+        return table
 
     def where(self, path: Path) -> str:
         """The file's URL (credentials left out)."""
@@ -287,8 +357,15 @@ class RemoteFiles:
                     max_ahead=PREFETCH_AHEAD,
                 )
             prefetcher = self._prefetcher
-        root = self.root
-        prefetcher.plan(Span(Path(p).relative_to(root).as_posix(), s, e) for p, s, e in ranges)
+        prefetcher.plan(self._spans(ranges))
+
+    def _spans(self, ranges: Iterable[tuple[Path, int, int]]) -> Iterator[Span]:
+        rels: dict[Path, str] = {}  # a plan names a few files many times
+        for path, start, end in ranges:
+            rel = rels.get(path)
+            if rel is None:
+                rel = rels[path] = self.rel(path)
+            yield Span(rel, start, end)
 
     def end_plan(self) -> None:
         """Stop the prefetch: its threads end (without waiting for fetches in flight) and its
@@ -310,7 +387,7 @@ class RemoteFiles:
         """``(start, data)`` of a planned range of ``rel`` holding byte ``offset``: one a read
         took from the prefetch before, or one the prefetch fetched or is fetching (its fetch is
         then awaited); None if no planned range holds it."""
-        found = self._held.get(rel, offset)
+        found = self._opening.get(rel, offset) or self._held.get(rel, offset)
         if found is not None or self._prefetcher is None:
             return found
         span = self._prefetcher.find(rel, offset)
@@ -319,6 +396,14 @@ class RemoteFiles:
         data = self._prefetcher.read(span)
         self._held.put(span, data)
         return span.start, data
+
+    def block_lock(self, rel: str) -> threading.Lock:
+        """The lock a file's block reads hold while they fetch (one per file and process)."""
+        with self._lock:
+            lock = self._block_locks.get(rel)
+            if lock is None:
+                lock = self._block_locks[rel] = threading.Lock()
+            return lock
 
     def _fetch_span(self, span: Span) -> bytes:
         return self.fetch(span.path, span.start, span.end)
@@ -345,6 +430,9 @@ class RemoteFile(SeekableReader):
     parks = True
     """A decoder moves its read position to the first sample before each seek (see
     ``VideoReader._park``): a jump between two planned ranges is then never read through."""
+
+    sample_table: SampleTable | None = None
+    """An mp4's sample tables (:meth:`RemoteFiles.sample_table`), where a decoder parks."""
 
     def __init__(self, files: RemoteFiles, rel: str, size: int) -> None:
         super().__init__()
@@ -387,10 +475,15 @@ class RemoteFile(SeekableReader):
     def _blocks(self, first: int, last: int) -> list[bytes]:
         """Blocks ``first..last``, fetching the missing ones (and the read-ahead) in one request
         per run of consecutive missing blocks."""
+        with self.files.block_lock(self.rel):  # two readers of a file fetch a block once
+            return self._blocks_locked(first, last)
+
+    def _blocks_locked(self, first: int, last: int) -> list[bytes]:
         bs, cache = self.files.block_size, self.files.cache
         nblocks = -(-self.size // bs)
+        wanted = first
         if self.size <= WHOLE_FILE and not self.rel.endswith(".mp4"):
-            want_last = nblocks - 1  # small data file: all of it at once
+            first, want_last = 0, nblocks - 1  # small data file: all of it at once
         else:
             if first == self._next_block:
                 self._window = min(self._window + 1, max(MAX_READ_AHEAD // bs, 1))
@@ -416,7 +509,7 @@ class RemoteFile(SeekableReader):
                 block = data[(i - a) * bs : (i - a + 1) * bs]
                 cache.put((self.rel, i), block)
                 got[i] = block
-        return [got[i] for i in range(first, last + 1)]
+        return [got[i] for i in range(wanted, last + 1)]
 
 
 class HeldSpans:
@@ -427,18 +520,18 @@ class HeldSpans:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._spans: OrderedDict[Span, bytes] = OrderedDict()
-        self._by_path: dict[str, list[Span]] = {}
+        self._by_path = SpanIndex()
         self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, rel: str, offset: int) -> tuple[int, bytes] | None:
         """``(start, data)`` of a kept range of ``rel`` holding ``offset``, or None."""
         with self._lock:
-            for span in self._by_path.get(rel, ()):
-                if span.start <= offset < span.end:
-                    self._spans.move_to_end(span)
-                    return span.start, self._spans[span]
-        return None
+            span = self._by_path.find(rel, offset)
+            if span is None:
+                return None
+            self._spans.move_to_end(span)
+            return span.start, self._spans[span]
 
     def put(self, span: Span, data: bytes) -> None:
         """Keep ``span``'s bytes, dropping the least recently used ranges past the bound."""
@@ -446,15 +539,40 @@ class HeldSpans:
             if span in self._spans:
                 return
             self._spans[span] = data
-            self._by_path.setdefault(span.path, []).append(span)
+            self._by_path.add(span)
             self._bytes += len(data)
             while self._bytes > self.max_bytes and len(self._spans) > 1:
                 old, dropped = self._spans.popitem(last=False)
                 self._bytes -= len(dropped)
-                spans = self._by_path[old.path]
-                spans.remove(old)
-                if not spans:
-                    del self._by_path[old.path]
+                self._by_path.remove(old)
+
+
+def _missing(want: list[tuple[int, int]], have: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of the spans ``want`` (merged) that no span of ``have`` covers, in order."""
+    out: list[tuple[int, int]] = []
+    for a, b in merge_spans(want):
+        for c, d in merge_spans(have):
+            if d <= a or c >= b:
+                continue
+            if c > a:
+                out.append((a, c))
+            a = max(a, d)
+            if a >= b:
+                break
+        if a < b:
+            out.append((a, b))
+    return out
+
+
+def _cut(pieces: list[tuple[int, bytes]], start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` put together from ``pieces`` (``(offset, data)``, which cover
+    them)."""
+    out = bytearray(end - start)
+    for at, data in pieces:
+        a, b = max(at, start), min(at + len(data), end)
+        if a < b:
+            out[a - start : b - start] = data[a - at : b - at]
+    return bytes(out)
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:
