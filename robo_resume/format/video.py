@@ -39,6 +39,7 @@ from ..errors import (
     describe,
 )
 from .file_access import LOCAL, FileAccess
+from .mp4_ranges import READ_THROUGH
 from .rgb import planar_rgb, planar_writer, row_addresses
 
 if TYPE_CHECKING:  # av is imported where a file is opened (importing robo_resume stays light)
@@ -386,22 +387,32 @@ class VideoReader:
         self._ahead.clear()
 
     def _park(self, container: InputContainer, stream: VideoStream, t: float) -> None:
-        """Move FFmpeg's read position to the file's first sample (one packet demuxed, not
-        decoded), for a file whose reads are fetched ranges (``parks``, a remote file).
+        """Before a seek to ``t`` in a file whose reads are fetched ranges (``parks``, a remote
+        file), move FFmpeg's read position to the file's first sample (one packet demuxed, not
+        decoded) where it would otherwise read through to the chunk.
 
         FFmpeg reads through a forward jump of up to 64 KiB from its buffer instead of
         seeking (``robo_resume.format.mp4_ranges.READ_THROUGH``): from a chunk it just read
         to the next chunk of the file, it would read the bytes between them, which no plan
-        fetched. From the first sample (held since the file was opened) a seek to a chunk is
-        a real seek, except for chunks just past it: for those, when the file is large enough,
-        the decoder parks once more at the last keyframe (also held;
+        fetched. With the file's sample tables (``sample_table``) the decoder parks only when
+        the chunk's first byte lies within that distance (twice it, for a seek landing a
+        keyframe off) after the read position; farther, or behind it, FFmpeg seeks for real.
+        From the first sample (held since the file was opened) a seek to a chunk is a real
+        seek, except for chunks just past it: for those, when the file is large enough, the
+        decoder parks once more at the last keyframe (also held;
         :meth:`~robo_resume.format.mp4_ranges.SampleTable.parks_twice`), else their planned
         ranges reach back to the first sample (``robo_resume.items.read_plan``)."""
+        table = getattr(self._file, "sample_table", None)
+        start = None
+        if table is not None and table.num_frames:
+            start = table.seek_start(t)
+            at = self._file.tell()  # type: ignore[union-attr]
+            if not at < start <= at + 2 * READ_THROUGH:
+                return
         container.seek(0, stream=stream, backward=True, any_frame=False)
         for _ in container.demux(stream):
             break
-        table = getattr(self._file, "sample_table", None)
-        if table is not None and table.num_frames and table.parks_twice(table.seek_start(t)):
+        if table is not None and start is not None and table.parks_twice(start):
             end = round((float(table.frame_times[-1]) + 1.0) / self._time_base)
             container.seek(end, stream=stream, backward=True, any_frame=False)
             for _ in container.demux(stream):

@@ -40,6 +40,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,12 @@ request, few enough that a stream that stops leaves little fetched for nothing."
 TABLE_HEAD = 4096
 """Bytes of an mp4's head read first for its sample tables (its box headers; FFmpeg's probe
 reads 2 KiB of it)."""
+
+TABLE_TAIL = 128 << 10
+"""A top-level box header found at most this many bytes before the end of an mp4 is read
+with the rest of the file: one request for the header and the ``moov`` that LeRobot's writer
+puts last (those bytes are then the ``moov``, which FFmpeg reads whole; a file with its
+``moov`` first and a short ``mdat`` after it fetches that ``mdat`` too)."""
 
 WHOLE_FILE = 1 << 20
 """Data files (not mp4s, whose chunks are planned) of at most this many bytes are fetched whole
@@ -311,19 +318,33 @@ class RemoteFiles:
             info = self.info(path)
             if info is None:
                 return None
+            size = info.size
             got: list[tuple[int, bytes]] = []
 
-            def read(start: int, end: int) -> bytes:
+            def fetch(start: int, end: int) -> bytes:
                 data = self.fetch(rel, start, end)
                 got.append((start, data))
                 return data
 
-            table = read_sample_table(read, info.size, name=self.where(path), head=TABLE_HEAD)
+            def read(start: int, end: int) -> bytes:
+                for at, data in got:  # a box header and the moov after it: one request
+                    if at <= start and end <= at + len(data):
+                        return data[start - at : end - at]
+                if start >= TABLE_HEAD and size - start <= TABLE_TAIL:
+                    return fetch(start, size)[: end - start]  # the moov LeRobot writes last
+                return fetch(start, end)
+
+            table = read_sample_table(read, size, name=self.where(path), head=TABLE_HEAD)
             # exactly the spans FFmpeg reads to open and to park (reads stop at their ends:
             # where a parked decoder stands is then known, SampleTable.first_park)
             want = merge_spans([*table.open_spans(), table.last_key_span])
-            for a, b in _missing(want, [(a, a + len(d)) for a, d in got]):
-                read(a, b)
+            missing = _missing(want, [(a, a + len(d)) for a, d in got])
+            if len(missing) > 1:  # independent requests: at once
+                with ThreadPoolExecutor(len(missing)) as pool:
+                    list(pool.map(lambda span: fetch(*span), missing))
+            else:
+                for a, b in missing:
+                    fetch(a, b)
             spans = [(a, _cut(got, a, b)) for a, b in want]
         except Exception as exc:  # a hint only: the decoder reports what is wrong with it
             logger.debug("robo_resume: no sample tables for %s: %s", self.where(path), exc)
