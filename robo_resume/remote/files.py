@@ -23,7 +23,10 @@ read goes through one block cache per process:
 - the cache drops the least recently used blocks past its bound; a dropped block is fetched
   again if it is read again (never a wrong byte, only a request more).
 
-``cache_mb`` bounds both: 3/4 of it for the prefetched ranges, 1/4 for the blocks.
+``cache_mb`` bounds both: 3/4 of it for the prefetched ranges, 1/4 for the blocks. The first
+open of an mp4 in a process reads its sample tables with exact ranges and fetches, with them,
+exactly the bytes FFmpeg reads to open it and the keyframe a decoder parks at
+(:meth:`RemoteFiles.sample_table`), kept up to 1/8 more of ``cache_mb``.
 
 The store is opened lazily in each process (a DataLoader worker opens its own); a Hub dataset
 is read at the commit its metadata was fetched at. Every read is checked by the store: short
@@ -73,8 +76,8 @@ BLOCK_SIZE = 64 << 10
 
 CACHE_MB = 64
 """Default bound of the bytes a process holds, in MB: each DataLoader worker and the main
-process hold at most this much, 3/4 for prefetched ranges and 1/4 for blocks
-(``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
+process hold at most this much, 3/4 for prefetched ranges and 1/4 for blocks, plus up to 1/8
+for the opening bytes of the files it opened (``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
 
 CACHE_ENV = "ROBO_RESUME_REMOTE_CACHE_MB"
 
@@ -211,10 +214,11 @@ class RemoteFiles:
         self._prefetcher: Prefetcher | None = None
         self._last_stats: PrefetchStats | None = None
         self._held = HeldSpans(max(self.prefetch_bytes // 8, 4 << 20))
-        self._opening = HeldSpans(max(total // 8, 8 << 20))
+        self._opening = HeldSpans(max(total // 8, 1 << 20))  # the files opened: head, moov...
         self._tables: dict[str, SampleTable | None] = {}
         self._table_locks: dict[str, threading.Lock] = {}
         self._block_locks: dict[str, threading.Lock] = {}
+        self._incomplete: dict[str, tuple[list[tuple[int, int]], list[tuple[int, bytes]]]] = {}
         self.stats = TrafficStats()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -338,20 +342,49 @@ class RemoteFiles:
             # exactly the spans FFmpeg reads to open and to park (reads stop at their ends:
             # where a parked decoder stands is then known, SampleTable.first_park)
             want = merge_spans([*table.open_spans(), table.last_key_span])
-            missing = _missing(want, [(a, a + len(d)) for a, d in got])
-            if len(missing) > 1:  # independent requests: at once
-                with ThreadPoolExecutor(len(missing)) as pool:
-                    list(pool.map(lambda span: fetch(*span), missing))
-            else:
-                for a, b in missing:
-                    fetch(a, b)
-            spans = [(a, _cut(got, a, b)) for a, b in want]
         except Exception as exc:  # a hint only: the decoder reports what is wrong with it
             logger.debug("robo_resume: no sample tables for %s: %s", self.where(path), exc)
             return None
-        for start, data in spans:
-            self._opening.put(Span(rel, start, start + len(data)), data)
+        # the parts of those spans already fetched are held now; the rest is fetched on the
+        # first read that needs it (a decoder's: reading the tables, as the keyframe scan of
+        # a dataset's construction does, needs none of it)
+        have = [(a, a + len(d)) for a, d in got]
+        missing = _missing(want, have)
+        for a, b in _missing(want, missing):
+            self._opening.put(Span(rel, a, b), _cut(got, a, b))
+        if missing:
+            with self._lock:
+                self._incomplete[rel] = (want, got)
         return table
+
+    def _complete(self, rel: str) -> None:
+        """Fetch the opening spans of ``rel`` that its sample tables' reads did not hold (the
+        first packet, the last keyframe), at once, and keep them; what fails is left to the
+        reads (they fetch blocks, and report the error if it lasts)."""
+        with self._lock:
+            lock = self._table_locks.setdefault(rel, threading.Lock())
+        with lock:
+            with self._lock:
+                pending = self._incomplete.pop(rel, None)
+            if pending is None:
+                return
+            want, got = pending
+            missing = _missing(want, [(a, a + len(d)) for a, d in got])
+
+            def fetch(span: tuple[int, int]) -> tuple[int, bytes]:
+                return span[0], self.fetch(rel, *span)
+
+            try:
+                if len(missing) > 1:  # independent requests: at once
+                    with ThreadPoolExecutor(len(missing)) as pool:
+                        got = [*got, *pool.map(fetch, missing)]
+                else:
+                    got = [*got, *map(fetch, missing)]
+            except Exception as exc:  # a hint only: the reads fetch and report
+                logger.debug("robo_resume: could not fetch the opening of %s: %s", rel, exc)
+                return
+            for a, b in want:
+                self._opening.put(Span(rel, a, b), _cut(got, a, b))
 
     def where(self, path: Path) -> str:
         """The file's URL (credentials left out)."""
@@ -408,7 +441,11 @@ class RemoteFiles:
         """``(start, data)`` of a planned range of ``rel`` holding byte ``offset``: one a read
         took from the prefetch before, or one the prefetch fetched or is fetching (its fetch is
         then awaited); None if no planned range holds it."""
-        found = self._opening.get(rel, offset) or self._held.get(rel, offset)
+        found = self._opening.get(rel, offset)
+        if found is None and rel in self._incomplete:  # the first read past the tables' bytes
+            self._complete(rel)
+            found = self._opening.get(rel, offset)
+        found = found or self._held.get(rel, offset)
         if found is not None or self._prefetcher is None:
             return found
         span = self._prefetcher.find(rel, offset)
