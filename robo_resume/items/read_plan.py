@@ -110,9 +110,9 @@ class SampleTables:
 
     def _read(self, path: Path) -> SampleTable | None:
         files = self.meta.files
-        exact = getattr(files, "sample_table", None)
-        if exact is not None:  # a remote file access reads them with the bytes of opening
-            return exact(path)
+        ahead = getattr(files, "opened_ahead", None)
+        if ahead is not None:  # a remote file access reads them with the bytes of opening
+            return ahead(path)
         source = files.open(path)
         if isinstance(source, str):  # a local file
             source = open(source, "rb")

@@ -357,6 +357,15 @@ class RemoteFiles:
                 self._incomplete[rel] = (want, got)
         return table
 
+    def opened_ahead(self, path: Path) -> SampleTable | None:
+        """:meth:`sample_table`, with every opening byte of the file fetched too: what a plan
+        calls for the files it reaches (their decoders then open them without a request)."""
+        table = self.sample_table(path)
+        rel = self.rel(path)
+        if table is not None and rel in self._incomplete:
+            self._complete(rel)
+        return table
+
     def _complete(self, rel: str) -> None:
         """Fetch the opening spans of ``rel`` that its sample tables' reads did not hold (the
         first packet, the last keyframe), at once, and keep them; what fails is left to the
