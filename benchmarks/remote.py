@@ -66,7 +66,8 @@ recordings, which lerobot's streaming dataset can read, unlike open50); (d)
 
 Run: ``python benchmarks/remote.py [--datasets f,g,d] [--rounds 3] [--latency-ms 20] [--json
 out/remote.json]``; ``--quick`` runs every row tiny (one round, a few batches, (f) with 4
-episodes of 64 frames, open50 with 3 episodes), as tests/test_benchmarks_remote.py does.
+episodes of 64 frames, open50 with 3 episodes; lerobot at the added latency only, resumes over
+HTTP only), as tests/test_benchmarks_remote.py does.
 """
 
 from __future__ import annotations
@@ -449,10 +450,14 @@ def measure(case: Case, args: argparse.Namespace, hub_port: int) -> dict[str, An
     """Every row of one dataset, its servers started here and stopped before returning."""
     lat = args.latency_ms
     sides = ["local", "http@0ms", f"http@{lat:g}ms", "lerobot@0ms", f"lerobot@{lat:g}ms"]
+    if args.quick:  # the test: lerobot at the added latency only, resumes remote only
+        sides.remove("lerobot@0ms")
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     http = FolderServer(case.root)
     hub = FixedPortHub(case.root, f"bench/{case.name}", hub_port)
-    resume: dict[str, dict[str, list[float]]] = {"local": {}, f"http@{lat:g}ms": {}}
+    resume: dict[str, dict[str, list[float]]] = {f"http@{lat:g}ms": {}}
+    if not args.quick:
+        resume = {"local": {}, **resume}
     steps = {"early": max(1, round(0.05 * case.steps)), "late": max(1, round(0.9 * case.steps))}
     try:
         http.start()

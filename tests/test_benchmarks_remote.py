@@ -19,7 +19,7 @@ from conftest import run_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 OPEN50 = REPO.parent / "shared" / "datasets" / "open50"
-SIDES = ["local", "http@0ms", "http@20ms", "lerobot@0ms", "lerobot@20ms"]
+SIDES = ["local", "http@0ms", "http@20ms", "lerobot@20ms"]  # --quick: lerobot at 20 ms only
 
 
 def _table(stdout: str, title: str, rows: int) -> list[str]:
@@ -73,6 +73,7 @@ def test_remote_benchmark_quick(tmp_path: Path) -> None:
         for side in ("http@0ms", "http@20ms"):
             ratio = row["bytes"]["runs"][side]["median"]
             assert ratio is not None and math.isfinite(ratio) and ratio >= 1.0, (side, ratio)
+        assert list(row["resume_first_batch_s"]) == ["http@20ms"]  # --quick: remote only
         for side, v in row["resume_first_batch_s"].items():
             for where in ("early", "late"):
                 assert v[where]["median"] > 0, (name, side, v)

@@ -115,3 +115,32 @@ def test_cut_plan_stays_vectorised_at_many_episodes():
 def test_without_cut_points_unchanged(cf):
     plan = make_chunks(spans(100, 3), cf)
     assert all(c.length == cf for c in plan if c.stop not in (100, 3))
+
+
+def test_remote_keyframe_reads_run_ahead_in_order_and_raise_at_their_file():
+    """A remote dataset's files are read a few at once (format.keyframes._in_order): results
+    come in file order, an error is raised where its file's result is taken, and a consumer
+    that stops early leaves at most ``ahead`` reads started."""
+    import threading
+    import time
+
+    from robo_resume.format.keyframes import _in_order
+
+    started, lock = [], threading.Lock()
+
+    def fn(i):
+        with lock:
+            started.append(i)
+        time.sleep(0.01 * (5 - i % 5))  # later items finish first
+        if i == 6:
+            raise OSError(f"file {i} is gone")
+        return i * 10
+
+    calls = _in_order(fn, list(range(10)), 3)
+    got = [next(calls)() for _ in range(6)]
+    assert got == [0, 10, 20, 30, 40, 50]
+    with pytest.raises(OSError, match="file 6 is gone"):
+        next(calls)()
+    calls.close()  # the consumer stops: the reads not started are not started
+    assert len(started) <= 9
+    assert [c() for c in _in_order(fn, [1, 2], 0)] == [10, 20]  # ahead 0: inline

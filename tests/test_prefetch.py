@@ -222,3 +222,29 @@ def test_close_without_waiting_returns_while_a_fetch_hangs():
     gate.set()
     with pytest.raises(RuntimeError, match="closed"):
         p.read(Span("videos/a.mp4", 0, 1000))
+
+
+def test_span_index_finds_the_span_holding_an_offset():
+    from robo_resume.remote.prefetch import SpanIndex
+
+    index = SpanIndex()
+    spans = [Span("a", s, s + 10) for s in range(0, 1000, 20)]  # holes between them
+    for span in reversed(spans):  # any order
+        index.add(span)
+    index.add(Span("b", 5, 15))
+    assert index.find("a", 25) == Span("a", 20, 30)
+    assert index.find("a", 29) == Span("a", 20, 30)
+    assert index.find("a", 30) is None  # a hole
+    assert index.find("a", 985) == Span("a", 980, 990)
+    assert index.find("b", 25) is None and index.find("c", 5) is None
+    wide = Span("a", 21, 500)  # overlapping: the latest starting span holding it is found
+    index.add(wide)
+    assert index.find("a", 25) == wide and index.find("a", 32) == wide
+    index.remove(wide)
+    assert index.find("a", 32) is None and index.find("a", 25) == Span("a", 20, 30)
+    for span in spans:
+        index.remove(span)
+    assert index.find("a", 25) is None
+    index.remove(Span("a", 0, 10))  # not indexed: nothing happens
+    index.clear()
+    assert index.find("b", 5) is None

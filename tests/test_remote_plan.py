@@ -131,3 +131,53 @@ def test_read_order_is_the_order_the_stream_decodes(factory):
             ends = np.cumsum(sizes)
             group_of = np.searchsorted(ends, first_seen, side="right")
             assert list(group_of) == sorted(group_of)
+
+
+def test_every_mp4_request_is_an_opening_span_or_a_planned_chunk(factory):
+    """Opening an mp4 fetches exactly the bytes FFmpeg reads to open it (and the keyframe a
+    decoder parks at), and every other request is a planned chunk: no 64 KiB block, no gap
+    between two chunks read through. The file (1200 frames of 96x96 AV1, a keyframe every 2)
+    is large enough that the chunks just past the first sample park a second time, at the
+    last keyframe, rather than have their ranges reach back to the first sample."""
+    from robo_resume.format.mp4_ranges import READ_THROUGH
+    from robo_resume.format.ranged_file import merge_spans
+    from robo_resume.remote.files import TABLE_HEAD
+
+    root = factory(
+        episode_lengths=(300,) * 4, episodes_per_file=4, num_cameras=1, height=96, width=96
+    ).root
+    server = FolderServer(root).start()
+    try:
+        kw = dict(batch_size=32, seed=3, infinite=False)
+        got = list(ChunkedEpisodeDataset(server.url, **kw).dataloader(num_workers=0))
+        local = list(ChunkedEpisodeDataset(root, **kw).dataloader(num_workers=0))
+        assert_same_batches(got, local)
+        log = [(p, r) for m, p, r in server.faults.log if m == "GET" and p.endswith(".mp4")]
+        assert {p for p, _ in log} == {"videos/observation.images.cam0/chunk-000/file-000.mp4"}
+        rel = log[0][0]
+        table = table_of(root / rel)
+        assert table.last_key_span[0] - table.first_park > 2 * READ_THROUGH  # parks twice
+        allowed = [(0, TABLE_HEAD), table.moov, *table.open_spans(), table.last_key_span]
+        allowed += [(b.start, b.start + 16) for b in table.boxes]  # box headers
+        keys = np.sort(np.argsort(table.order)[table.keyframes])  # frames of the keyframes
+        twice = 0
+        for lo, hi in zip(keys, [*keys[1:], table.num_frames], strict=True):  # a GOP: a chunk
+            s, e = table.frame_range_bytes(int(lo), int(hi))
+            p0 = table.first_park
+            if p0 <= s <= p0 + READ_THROUGH and not table.parks_twice(s):
+                s = p0
+            twice += table.parks_twice(s)
+            allowed.append((s, e))
+        assert twice > 0, "no chunk of this file parks twice: the case is not exercised"
+        merged = merge_spans(allowed)
+        sent = 0
+        for _, rng in log:
+            a, b = (int(x) for x in rng.split("=")[1].split("-"))
+            assert any(s <= a and b + 1 <= e for s, e in merged), (
+                f"bytes {a}-{b} of {rel} are neither an opening span nor a planned chunk"
+            )
+            sent += b + 1 - a
+        union = sum(e - s for s, e in merged)
+        assert sent <= 1.05 * union, f"{sent} bytes sent for {union} bytes of needed spans"
+    finally:
+        server.stop()

@@ -9,8 +9,13 @@ files and a dataset without its videos reads nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,6 +28,9 @@ __all__ = ["AUTO_FILES", "AUTO_KEYFRAME_INTERVAL", "keyframe_cuts"]
 
 logger = logging.getLogger("robo_resume")
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 AUTO_KEYFRAME_INTERVAL = 2
 """``cut_at_keyframes=None`` cuts at keyframes when some keyframe interval of the first camera's
 videos is longer than this many frames (at 2 or less the chunks would be at most a frame off
@@ -34,6 +42,32 @@ when none of their keyframe intervals exceeds :data:`AUTO_KEYFRAME_INTERVAL`, th
 are not read (construction stays cheap for short-GOP datasets of many files)."""
 
 _MANY_FILES = 2000  # keyframe reading announced from this many files (about half a second)
+
+REMOTE_AHEAD = 8
+"""Files of a remote dataset whose keyframes are read at once."""
+
+
+def _in_order(fn: Callable[[T], R], items: Sequence[T], ahead: int) -> Iterator[Callable[[], R]]:
+    """For each item in order, a call returning ``fn(item)`` or raising what it raised; with
+    ``ahead`` > 0 up to that many items are computed ahead on threads (a consumer that stops
+    leaves at most that many computed for nothing)."""
+    if ahead <= 0:
+        for item in items:
+            yield functools.partial(fn, item)
+        return
+    with ThreadPoolExecutor(ahead) as pool:
+        pending: deque[Future[R]] = deque()
+        todo = deque(items)
+        try:
+            while True:
+                while len(pending) < ahead and todo:
+                    pending.append(pool.submit(fn, todo.popleft()))
+                if not pending:
+                    return
+                yield pending.popleft().result
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def keyframe_cuts(
@@ -76,11 +110,19 @@ def keyframe_cuts(
             len(codes),
             cam,
         )
+    jobs = []
     for code, at in zip(codes.tolist(), where.tolist(), strict=True):
         e = int(episodes[at])
-        path = inside_root(meta.root, video.paths[code], episode=e)
+        jobs.append((code, e, inside_root(meta.root, video.paths[code], episode=e)))
+
+    def read(job: tuple[int, int, Path]) -> np.ndarray:
+        return keyframe_frames(job[2], fps, episode=job[1], files=meta.files)
+
+    # a remote dataset's files are read a few at once (each is a few requests in a row)
+    ahead = REMOTE_AHEAD if getattr(meta.files, "plans", False) else 0
+    for (code, _e, path), outcome in zip(jobs, _in_order(read, jobs, ahead), strict=True):
         try:
-            keys = keyframe_frames(path, fps, episode=e, files=meta.files)
+            keys = outcome()
         except (OSError, RoboResumeError) as exc:
             if not auto:
                 raise

@@ -371,6 +371,46 @@ class SampleTable:
                 start = min(start, int(track.offsets[max(j, 0)]))
         return start, int(ends.max())
 
+    @cached_property
+    def first_park(self) -> int:
+        """Where FFmpeg's reads stand after a decoder parks at the first sample (a seek to 0
+        and one packet demuxed, ``VideoReader._park``) when only :meth:`open_spans` are held
+        (each read stops at the end of the span it starts in): the end of the open span
+        holding the first video sample."""
+        first = int(self.offsets.min()) if self.num_frames else 0
+        for a, b in self.open_spans():
+            if a <= first < b:
+                return b
+        return first
+
+    @cached_property
+    def last_key_span(self) -> Span:
+        """The bytes of the keyframe decoded last (the largest ``dts``): where a decoder parks
+        the second time, for a chunk near the first sample (:meth:`parks_twice`)."""
+        k = int(self.keyframes[np.argmax(self.dts[self.keyframes])])
+        return int(self.offsets[k]), int(self.offsets[k] + self.sizes[k])
+
+    def parks_twice(self, start: int) -> bool:
+        """Whether a decoder seeking to a chunk whose bytes start at ``start`` parks at the last
+        keyframe after the first sample: the chunk lies at most ``2 * READ_THROUGH`` bytes past
+        :attr:`first_park` (from there FFmpeg would read through to it; the margin covers a
+        seek that lands a keyframe off), and that keyframe lies farther than that past it (a
+        seek from the first sample to it, and from it back to the chunk, are real seeks).
+
+        A planner extends the range of a chunk within ``READ_THROUGH`` past the first park
+        back to it when this is false (a small file): FFmpeg then reads through, from held
+        bytes."""
+        p0 = self.first_park
+        far = 2 * READ_THROUGH
+        return p0 < start <= p0 + far and self.last_key_span[0] - p0 > far
+
+    def seek_start(self, seconds: float, *, tolerance_s: float = 1e-4) -> int:
+        """The first byte a seek to the frame at ``seconds`` reads (:meth:`frame_range_bytes`
+        of that frame alone): the offset a planner found for the chunk it starts."""
+        times = self.frame_times
+        first = min(int(np.searchsorted(times, seconds - tolerance_s)), self.num_frames - 1)
+        return self.frame_range_bytes(max(first, 0), max(first, 0) + 1)[0]
+
     def frame_bytes(self, first_frame: int, stop_frame: int) -> int:
         """Bytes of the frames' own samples (frames ``[first_frame, stop_frame)``): what a
         reader needs at the least, to compare :meth:`frame_range_bytes` with."""

@@ -39,6 +39,7 @@ from ..errors import (
     describe,
 )
 from .file_access import LOCAL, FileAccess
+from .mp4_ranges import READ_THROUGH
 from .rgb import planar_rgb, planar_writer, row_addresses
 
 if TYPE_CHECKING:  # av is imported where a file is opened (importing robo_resume stays light)
@@ -363,7 +364,7 @@ class VideoReader:
         target = max(round(t / self._time_base), 0)
         try:
             if getattr(self._file, "parks", False):
-                self._park(container, stream)
+                self._park(container, stream, t)
             container.seek(target, stream=stream, backward=True, any_frame=False)
         except RoboResumeError:  # a remote read that failed for good: its own message
             raise
@@ -385,21 +386,37 @@ class VideoReader:
         self._cache.clear()
         self._ahead.clear()
 
-    @staticmethod
-    def _park(container: InputContainer, stream: VideoStream) -> None:
-        """Move FFmpeg's read position to the file's first sample (one packet demuxed, not
-        decoded), for a file whose reads are fetched ranges (``parks``, a remote file).
+    def _park(self, container: InputContainer, stream: VideoStream, t: float) -> None:
+        """Before a seek to ``t`` in a file whose reads are fetched ranges (``parks``, a remote
+        file), move FFmpeg's read position to the file's first sample (one packet demuxed, not
+        decoded) where it would otherwise read through to the chunk.
 
         FFmpeg reads through a forward jump of up to 64 KiB from its buffer instead of
         seeking (``robo_resume.format.mp4_ranges.READ_THROUGH``): from a chunk it just read
         to the next chunk of the file, it would read the bytes between them, which no plan
-        fetched. From the first
-        sample (held since the file was opened) a seek to a chunk is a real seek, except for
-        chunks within 64 KiB of it, whose planned ranges reach back to it
-        (``robo_resume.items.read_plan``)."""
+        fetched. With the file's sample tables (``sample_table``) the decoder parks only when
+        the chunk's first byte lies within that distance (twice it, for a seek landing a
+        keyframe off) after the read position; farther, or behind it, FFmpeg seeks for real.
+        From the first sample (held since the file was opened) a seek to a chunk is a real
+        seek, except for chunks just past it: for those, when the file is large enough, the
+        decoder parks once more at the last keyframe (also held;
+        :meth:`~robo_resume.format.mp4_ranges.SampleTable.parks_twice`), else their planned
+        ranges reach back to the first sample (``robo_resume.items.read_plan``)."""
+        table = getattr(self._file, "sample_table", None)
+        start = None
+        if table is not None and table.num_frames:
+            start = table.seek_start(t)
+            at = self._file.tell()  # type: ignore[union-attr]
+            if not at < start <= at + 2 * READ_THROUGH:
+                return
         container.seek(0, stream=stream, backward=True, any_frame=False)
         for _ in container.demux(stream):
             break
+        if table is not None and start is not None and table.parks_twice(start):
+            end = round((float(table.frame_times[-1]) + 1.0) / self._time_base)
+            container.seek(end, stream=stream, backward=True, any_frame=False)
+            for _ in container.demux(stream):
+                break
 
     def _next_frame(self):
         """The next decoded frame (None at the end): one held by :meth:`decode_ahead` if any."""

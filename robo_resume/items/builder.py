@@ -66,6 +66,7 @@ class ItemBuilder(DecodingThreads):
         self._tables: dict[str, ParquetTable] = {}
         self._row_groups = RowGroupCache()  # decoded parquet rows the next chunks read again
         self._idle: OrderedDict[int, VideoReader] = OrderedDict()  # id -> reader, oldest first
+        self._paths: dict[str, Path] = {}  # a file's path below the root, made once
         self._stores: dict[str, FrameStore] = {}  # held decoded frames (the shuffle order)
         self.decoder_threads = self.options.decoder_threads
         self.camera_threads = 1  # threads decoding concurrently (the stream sets it)
@@ -184,6 +185,14 @@ class ItemBuilder(DecodingThreads):
                 )
             self._checked.add(ep.data_path)
         return t
+
+    def path(self, rel: str) -> Path:
+        """``meta.root / rel``, made once per file (a Path is slow to build and to hash, and
+        every chunk names its files)."""
+        found = self._paths.get(rel)
+        if found is None:
+            found = self._paths[rel] = self.meta.root / rel
+        return found
 
     def video(
         self, path: Path, *, episode: int, cache_frames: int, depth: DepthCodec | None = None

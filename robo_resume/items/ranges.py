@@ -101,6 +101,10 @@ class RangeBuilder(Protocol):
         """The ``task_index`` values ``ep``'s metadata lists, or None when none can be checked."""
         ...
 
+    def path(self, rel: str) -> Path:
+        """``meta.root / rel`` (the same object for the same file)."""
+        ...
+
     def video(
         self, path: Path, *, episode: int, cache_frames: int, depth: DepthCodec | None = None
     ) -> VideoReader:
@@ -432,7 +436,7 @@ class EpisodeRangeReader:
         video = self.videos.get(cam)
         if video is None:
             video = self.videos[cam] = self.builder.video(
-                self.builder.meta.root / self.ep.videos[cam].path,
+                self.builder.path(self.ep.videos[cam].path),
                 episode=self.ep.episode_index,
                 cache_frames=self._cache_frames,
                 depth=self.builder.depth.get(cam),

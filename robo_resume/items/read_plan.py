@@ -49,9 +49,16 @@ class SampleTables:
     def __init__(self, meta: DatasetMeta) -> None:
         self.meta = meta
         self._tables: dict[Path, SampleTable | None] = {}
+        self._paths: dict[str, Path] = {}
         self._warmed: set[Path] = set()
-        self._parked: dict[Path, int] = {}
         self._lock = threading.Lock()
+
+    def path(self, rel: str) -> Path:
+        """``meta.root / rel``, made once per file."""
+        found = self._paths.get(rel)
+        if found is None:
+            found = self._paths[rel] = self.meta.root / rel
+        return found
 
     def get(self, path: Path) -> SampleTable | None:
         """The table of the mp4 at ``path`` (its local path below the dataset root), or None
@@ -68,14 +75,6 @@ class SampleTables:
         with self._lock:
             self._tables[path] = table
         return table
-
-    def parked(self, path: Path, table: SampleTable) -> int:
-        """Where a decoder of ``path`` parks (``VideoReader._park``): the end of the bytes
-        FFmpeg reads to open it (computed once per file)."""
-        end = self._parked.get(path)
-        if end is None:
-            end = self._parked[path] = table.open_spans()[-1][1]
-        return end
 
     def warm(self, paths: Iterable[Path], data: Iterable[Path] = ()) -> None:
         """Read the tables of the mp4s ``paths`` and the ends of the data files ``data`` (a
@@ -109,8 +108,11 @@ class SampleTables:
         except Exception as exc:  # a hint only: the reader reports what is wrong
             logger.debug("robo_resume: could not open %s ahead: %s", path, exc)
 
-    def _read(self, path: Path) -> SampleTable:
+    def _read(self, path: Path) -> SampleTable | None:
         files = self.meta.files
+        ahead = getattr(files, "opened_ahead", None)
+        if ahead is not None:  # a remote file access reads them with the bytes of opening
+            return ahead(path)
         source = files.open(path)
         if isinstance(source, str):  # a local file
             source = open(source, "rb")
@@ -162,8 +164,8 @@ def video_ranges(
     while batch := list(itertools.islice(it, WARM_PIECES)):
         eps = [meta.episode(int(e)) for e, _, _ in batch]
         tables.warm(
-            (meta.root / ep.videos[c].path for ep in eps for c in cams if c in ep.videos),
-            (meta.root / ep.data_path for ep in eps),
+            (tables.path(ep.videos[c].path) for ep in eps for c in cams if c in ep.videos),
+            (tables.path(ep.data_path) for ep in eps),
         )
         yield from _ranges(meta, batch, eps, tables, cams, fps, before, after)
 
@@ -186,7 +188,7 @@ def _ranges(
             ref = ep.videos.get(cam)
             if ref is None:
                 continue
-            path = meta.root / ref.path
+            path = tables.path(ref.path)
             table = tables.get(path)
             if table is None:
                 continue
@@ -200,8 +202,9 @@ def _ranges(
                 continue
             s, e = table.frame_range_bytes(first, min(last, table.num_frames - 1) + 1)
             # a decoder seeks from the first sample (VideoReader._park): FFmpeg reads through
-            # to a chunk at most READ_THROUGH bytes after it instead of seeking
-            parked = tables.parked(path, table)
-            if parked <= s <= parked + READ_THROUGH:
+            # to a chunk at most READ_THROUGH bytes after it instead of seeking, unless the
+            # decoder parks at the last keyframe too (a file large enough)
+            parked = table.first_park
+            if parked <= s <= parked + READ_THROUGH and not table.parks_twice(s):
                 s = parked
             yield path, s, e

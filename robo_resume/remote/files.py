@@ -23,7 +23,10 @@ read goes through one block cache per process:
 - the cache drops the least recently used blocks past its bound; a dropped block is fetched
   again if it is read again (never a wrong byte, only a request more).
 
-``cache_mb`` bounds both: 3/4 of it for the prefetched ranges, 1/4 for the blocks.
+``cache_mb`` bounds both: 3/4 of it for the prefetched ranges, 1/4 for the blocks. The first
+open of an mp4 in a process reads its sample tables with exact ranges and fetches, with them,
+exactly the bytes FFmpeg reads to open it and the keyframe a decoder parks at
+(:meth:`RemoteFiles.sample_table`), kept up to 1/8 more of ``cache_mb``.
 
 The store is opened lazily in each process (a DataLoader worker opens its own); a Hub dataset
 is read at the commit its metadata was fetched at. Every read is checked by the store: short
@@ -35,21 +38,24 @@ runs, each file is held to the size and ETag its first HEAD by any run recorded
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingFileError
-from ..format.ranged_file import SeekableReader
+from ..format.ranged_file import SeekableReader, merge_spans
 from .ledger import FileLedger
-from .prefetch import Prefetcher, PrefetchStats, Span
+from .prefetch import Prefetcher, PrefetchStats, Span, SpanIndex
 
 if TYPE_CHECKING:
     from ..format.metadata import DatasetMeta
+    from ..format.mp4_ranges import SampleTable
     from .store import ObjectInfo, RetryPolicy, Store
 
 __all__ = [
@@ -63,13 +69,15 @@ __all__ = [
     "remote_meta",
 ]
 
+logger = logging.getLogger("robo_resume")
+
 BLOCK_SIZE = 64 << 10
 """Bytes per cached block (a read fetches whole blocks)."""
 
 CACHE_MB = 64
 """Default bound of the bytes a process holds, in MB: each DataLoader worker and the main
-process hold at most this much, 3/4 for prefetched ranges and 1/4 for blocks
-(``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
+process hold at most this much, 3/4 for prefetched ranges and 1/4 for blocks, plus up to 1/8
+for the opening bytes of the files it opened (``ROBO_RESUME_REMOTE_CACHE_MB`` sets it)."""
 
 CACHE_ENV = "ROBO_RESUME_REMOTE_CACHE_MB"
 
@@ -89,6 +97,16 @@ PREFETCH_AHEAD = 192
 """Planned ranges a process holds ahead of its reads at most (cached or in flight; the bytes
 also bounded by the cache): enough to keep :data:`PREFETCH_THREADS` fetches going at 20 ms a
 request, few enough that a stream that stops leaves little fetched for nothing."""
+
+TABLE_HEAD = 4096
+"""Bytes of an mp4's head read first for its sample tables (its box headers; FFmpeg's probe
+reads 2 KiB of it)."""
+
+TABLE_TAIL = 128 << 10
+"""A top-level box header found at most this many bytes before the end of an mp4 is read
+with the rest of the file: one request for the header and the ``moov`` that LeRobot's writer
+puts last (those bytes are then the ``moov``, which FFmpeg reads whole; a file with its
+``moov`` first and a short ``mdat`` after it fetches that ``mdat`` too)."""
 
 WHOLE_FILE = 1 << 20
 """Data files (not mp4s, whose chunks are planned) of at most this many bytes are fetched whole
@@ -196,6 +214,11 @@ class RemoteFiles:
         self._prefetcher: Prefetcher | None = None
         self._last_stats: PrefetchStats | None = None
         self._held = HeldSpans(max(self.prefetch_bytes // 8, 4 << 20))
+        self._opening = HeldSpans(max(total // 8, 1 << 20))  # the files opened: head, moov...
+        self._tables: dict[str, SampleTable | None] = {}
+        self._table_locks: dict[str, threading.Lock] = {}
+        self._block_locks: dict[str, threading.Lock] = {}
+        self._incomplete: dict[str, tuple[list[tuple[int, int]], list[tuple[int, bytes]]]] = {}
         self.stats = TrafficStats()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -260,7 +283,117 @@ class RemoteFiles:
         if info is None:
             self.store.head(self.rel(path))  # raises the store's MissingFileError, with the URL
             raise AssertionError("unreachable")
-        return RemoteFile(self, self.rel(path), info.size)
+        rel = self.rel(path)
+        file = RemoteFile(self, rel, info.size)
+        if rel.endswith(".mp4"):
+            file.sample_table = self.sample_table(path)
+        return file
+
+    def sample_table(self, path: Path) -> SampleTable | None:
+        """The sample tables of the mp4 at ``path``, read once per process, or None when they
+        cannot be read (the decoder then reads the file through blocks and reports what is
+        wrong with it).
+
+        They are read with exact ranges (the head, the ``moov``), and with them the bytes
+        FFmpeg reads to open the file (:meth:`~robo_resume.format.mp4_ranges.SampleTable.
+        open_spans`) and the last keyframe (where a decoder parks, ``VideoReader._park``) are
+        fetched exactly and kept: opening a file fetches no block. Concurrent callers wait for
+        one read."""
+        rel = self.rel(path)
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            if rel in self._tables:
+                return self._tables[rel]
+            lock = self._table_locks.setdefault(rel, threading.Lock())
+        with lock:
+            with self._lock:
+                if rel in self._tables:
+                    return self._tables[rel]
+            table = self._read_table(path, rel)
+            with self._lock:
+                self._tables[rel] = table
+        return table
+
+    def _read_table(self, path: Path, rel: str) -> SampleTable | None:
+        from ..format.mp4_ranges import read_sample_table
+
+        try:
+            info = self.info(path)
+            if info is None:
+                return None
+            size = info.size
+            got: list[tuple[int, bytes]] = []
+
+            def fetch(start: int, end: int) -> bytes:
+                data = self.fetch(rel, start, end)
+                got.append((start, data))
+                return data
+
+            def read(start: int, end: int) -> bytes:
+                for at, data in got:  # a box header and the moov after it: one request
+                    if at <= start and end <= at + len(data):
+                        return data[start - at : end - at]
+                if start >= TABLE_HEAD and size - start <= TABLE_TAIL:
+                    return fetch(start, size)[: end - start]  # the moov LeRobot writes last
+                return fetch(start, end)
+
+            table = read_sample_table(read, size, name=self.where(path), head=TABLE_HEAD)
+            # exactly the spans FFmpeg reads to open and to park (reads stop at their ends:
+            # where a parked decoder stands is then known, SampleTable.first_park)
+            want = merge_spans([*table.open_spans(), table.last_key_span])
+        except Exception as exc:  # a hint only: the decoder reports what is wrong with it
+            logger.debug("robo_resume: no sample tables for %s: %s", self.where(path), exc)
+            return None
+        # the parts of those spans already fetched are held now; the rest is fetched on the
+        # first read that needs it (a decoder's: reading the tables, as the keyframe scan of
+        # a dataset's construction does, needs none of it)
+        have = [(a, a + len(d)) for a, d in got]
+        missing = _missing(want, have)
+        for a, b in _missing(want, missing):
+            self._opening.put(Span(rel, a, b), _cut(got, a, b))
+        if missing:
+            with self._lock:
+                self._incomplete[rel] = (want, got)
+        return table
+
+    def opened_ahead(self, path: Path) -> SampleTable | None:
+        """:meth:`sample_table`, with every opening byte of the file fetched too: what a plan
+        calls for the files it reaches (their decoders then open them without a request)."""
+        table = self.sample_table(path)
+        rel = self.rel(path)
+        if table is not None and rel in self._incomplete:
+            self._complete(rel)
+        return table
+
+    def _complete(self, rel: str) -> None:
+        """Fetch the opening spans of ``rel`` that its sample tables' reads did not hold (the
+        first packet, the last keyframe), at once, and keep them; what fails is left to the
+        reads (they fetch blocks, and report the error if it lasts)."""
+        with self._lock:
+            lock = self._table_locks.setdefault(rel, threading.Lock())
+        with lock:
+            with self._lock:
+                pending = self._incomplete.pop(rel, None)
+            if pending is None:
+                return
+            want, got = pending
+            missing = _missing(want, [(a, a + len(d)) for a, d in got])
+
+            def fetch(span: tuple[int, int]) -> tuple[int, bytes]:
+                return span[0], self.fetch(rel, *span)
+
+            try:
+                if len(missing) > 1:  # independent requests: at once
+                    with ThreadPoolExecutor(len(missing)) as pool:
+                        got = [*got, *pool.map(fetch, missing)]
+                else:
+                    got = [*got, *map(fetch, missing)]
+            except Exception as exc:  # a hint only: the reads fetch and report
+                logger.debug("robo_resume: could not fetch the opening of %s: %s", rel, exc)
+                return
+            for a, b in want:
+                self._opening.put(Span(rel, a, b), _cut(got, a, b))
 
     def where(self, path: Path) -> str:
         """The file's URL (credentials left out)."""
@@ -287,8 +420,15 @@ class RemoteFiles:
                     max_ahead=PREFETCH_AHEAD,
                 )
             prefetcher = self._prefetcher
-        root = self.root
-        prefetcher.plan(Span(Path(p).relative_to(root).as_posix(), s, e) for p, s, e in ranges)
+        prefetcher.plan(self._spans(ranges))
+
+    def _spans(self, ranges: Iterable[tuple[Path, int, int]]) -> Iterator[Span]:
+        rels: dict[Path, str] = {}  # a plan names a few files many times
+        for path, start, end in ranges:
+            rel = rels.get(path)
+            if rel is None:
+                rel = rels[path] = self.rel(path)
+            yield Span(rel, start, end)
 
     def end_plan(self) -> None:
         """Stop the prefetch: its threads end (without waiting for fetches in flight) and its
@@ -310,7 +450,11 @@ class RemoteFiles:
         """``(start, data)`` of a planned range of ``rel`` holding byte ``offset``: one a read
         took from the prefetch before, or one the prefetch fetched or is fetching (its fetch is
         then awaited); None if no planned range holds it."""
-        found = self._held.get(rel, offset)
+        found = self._opening.get(rel, offset)
+        if found is None and rel in self._incomplete:  # the first read past the tables' bytes
+            self._complete(rel)
+            found = self._opening.get(rel, offset)
+        found = found or self._held.get(rel, offset)
         if found is not None or self._prefetcher is None:
             return found
         span = self._prefetcher.find(rel, offset)
@@ -319,6 +463,14 @@ class RemoteFiles:
         data = self._prefetcher.read(span)
         self._held.put(span, data)
         return span.start, data
+
+    def block_lock(self, rel: str) -> threading.Lock:
+        """The lock a file's block reads hold while they fetch (one per file and process)."""
+        with self._lock:
+            lock = self._block_locks.get(rel)
+            if lock is None:
+                lock = self._block_locks[rel] = threading.Lock()
+            return lock
 
     def _fetch_span(self, span: Span) -> bytes:
         return self.fetch(span.path, span.start, span.end)
@@ -345,6 +497,9 @@ class RemoteFile(SeekableReader):
     parks = True
     """A decoder moves its read position to the first sample before each seek (see
     ``VideoReader._park``): a jump between two planned ranges is then never read through."""
+
+    sample_table: SampleTable | None = None
+    """An mp4's sample tables (:meth:`RemoteFiles.sample_table`), where a decoder parks."""
 
     def __init__(self, files: RemoteFiles, rel: str, size: int) -> None:
         super().__init__()
@@ -387,10 +542,15 @@ class RemoteFile(SeekableReader):
     def _blocks(self, first: int, last: int) -> list[bytes]:
         """Blocks ``first..last``, fetching the missing ones (and the read-ahead) in one request
         per run of consecutive missing blocks."""
+        with self.files.block_lock(self.rel):  # two readers of a file fetch a block once
+            return self._blocks_locked(first, last)
+
+    def _blocks_locked(self, first: int, last: int) -> list[bytes]:
         bs, cache = self.files.block_size, self.files.cache
         nblocks = -(-self.size // bs)
+        wanted = first
         if self.size <= WHOLE_FILE and not self.rel.endswith(".mp4"):
-            want_last = nblocks - 1  # small data file: all of it at once
+            first, want_last = 0, nblocks - 1  # small data file: all of it at once
         else:
             if first == self._next_block:
                 self._window = min(self._window + 1, max(MAX_READ_AHEAD // bs, 1))
@@ -416,7 +576,7 @@ class RemoteFile(SeekableReader):
                 block = data[(i - a) * bs : (i - a + 1) * bs]
                 cache.put((self.rel, i), block)
                 got[i] = block
-        return [got[i] for i in range(first, last + 1)]
+        return [got[i] for i in range(wanted, last + 1)]
 
 
 class HeldSpans:
@@ -427,18 +587,18 @@ class HeldSpans:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._spans: OrderedDict[Span, bytes] = OrderedDict()
-        self._by_path: dict[str, list[Span]] = {}
+        self._by_path = SpanIndex()
         self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, rel: str, offset: int) -> tuple[int, bytes] | None:
         """``(start, data)`` of a kept range of ``rel`` holding ``offset``, or None."""
         with self._lock:
-            for span in self._by_path.get(rel, ()):
-                if span.start <= offset < span.end:
-                    self._spans.move_to_end(span)
-                    return span.start, self._spans[span]
-        return None
+            span = self._by_path.find(rel, offset)
+            if span is None:
+                return None
+            self._spans.move_to_end(span)
+            return span.start, self._spans[span]
 
     def put(self, span: Span, data: bytes) -> None:
         """Keep ``span``'s bytes, dropping the least recently used ranges past the bound."""
@@ -446,15 +606,40 @@ class HeldSpans:
             if span in self._spans:
                 return
             self._spans[span] = data
-            self._by_path.setdefault(span.path, []).append(span)
+            self._by_path.add(span)
             self._bytes += len(data)
             while self._bytes > self.max_bytes and len(self._spans) > 1:
                 old, dropped = self._spans.popitem(last=False)
                 self._bytes -= len(dropped)
-                spans = self._by_path[old.path]
-                spans.remove(old)
-                if not spans:
-                    del self._by_path[old.path]
+                self._by_path.remove(old)
+
+
+def _missing(want: list[tuple[int, int]], have: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of the spans ``want`` (merged) that no span of ``have`` covers, in order."""
+    out: list[tuple[int, int]] = []
+    for a, b in merge_spans(want):
+        for c, d in merge_spans(have):
+            if d <= a or c >= b:
+                continue
+            if c > a:
+                out.append((a, c))
+            a = max(a, d)
+            if a >= b:
+                break
+        if a < b:
+            out.append((a, b))
+    return out
+
+
+def _cut(pieces: list[tuple[int, bytes]], start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` put together from ``pieces`` (``(offset, data)``, which cover
+    them)."""
+    out = bytearray(end - start)
+    for at, data in pieces:
+        a, b = max(at, start), min(at + len(data), end)
+        if a < b:
+            out[a - start : b - start] = data[a - at : b - at]
+    return bytes(out)
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ store.get_range(span.path, span.start, span.end)``) is what a remote dataset pas
 
 from __future__ import annotations
 
+import bisect
 import functools
 import queue
 import threading
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-__all__ = ["PrefetchStats", "Prefetcher", "Span"]
+__all__ = ["PrefetchStats", "Prefetcher", "Span", "SpanIndex"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,60 @@ class Span:
     def size(self) -> int:
         """Its length in bytes."""
         return self.end - self.start
+
+
+class SpanIndex:
+    """Spans by file, found by a byte offset in O(log n) (not thread-safe: its owner locks).
+
+    A lookup looks at the :data:`LOOK_BACK` spans starting last at or before the offset, so a
+    span overlapped by many later-starting ones may be missed: callers treat a miss as "not
+    held" (a fetch), never as an error.
+    """
+
+    LOOK_BACK = 8
+
+    def __init__(self) -> None:
+        self._starts: dict[str, list[int]] = {}
+        self._spans: dict[str, list[Span]] = {}
+
+    def add(self, span: Span) -> None:
+        """Index ``span`` (a span added twice is indexed twice)."""
+        starts = self._starts.setdefault(span.path, [])
+        spans = self._spans.setdefault(span.path, [])
+        i = bisect.bisect_right(starts, span.start)
+        starts.insert(i, span.start)
+        spans.insert(i, span)
+
+    def remove(self, span: Span) -> None:
+        """Forget ``span`` (one of its entries; nothing if it is not indexed)."""
+        starts, spans = self._starts.get(span.path), self._spans.get(span.path)
+        if not starts or spans is None:
+            return
+        i = bisect.bisect_left(starts, span.start)
+        while i < len(starts) and starts[i] == span.start:
+            if spans[i] == span:
+                del starts[i], spans[i]
+                break
+            i += 1
+        if not starts:
+            del self._starts[span.path], self._spans[span.path]
+
+    def find(self, path: str, offset: int) -> Span | None:
+        """An indexed span of ``path`` holding byte ``offset`` (the latest starting), or None."""
+        starts = self._starts.get(path)
+        if not starts:
+            return None
+        spans = self._spans[path]
+        i = bisect.bisect_right(starts, offset)
+        for j in range(i - 1, max(i - 1 - self.LOOK_BACK, -1), -1):
+            if offset < spans[j].end:
+                return spans[j]
+        return None
+
+    def clear(self) -> None:
+        """Forget every span."""
+        self._starts.clear()
+        self._spans.clear()
 
 
 @dataclass
@@ -184,7 +239,7 @@ class Prefetcher:
         self._lock = threading.Condition()
         self._held = 0  # bytes cached or in flight
         self._entries: OrderedDict[Span, _Entry] = OrderedDict()
-        self._by_path: dict[str, dict[Span, None]] = {}  # the entries of each file (find())
+        self._by_path = SpanIndex()  # the entries of each file (find())
         self._skip: set[Span] = set()  # spans a read fetched itself before the prefetch got there
         self._pool = _DaemonPool(threads)
         self._walker: threading.Thread | None = None
@@ -319,22 +374,15 @@ class Prefetcher:
         """A span of ``path`` holding byte ``offset`` that the prefetch fetched or is fetching
         (its :meth:`read` then costs no request of its own), or None."""
         with self._lock:
-            for span in self._by_path.get(path, ()):
-                if span.start <= offset < span.end:
-                    return span
-        return None
+            return self._by_path.find(path, offset)
 
     def _add(self, span: Span, entry: _Entry) -> None:
         self._entries[span] = entry
-        self._by_path.setdefault(span.path, {})[span] = None
+        self._by_path.add(span)
 
     def _remove(self, span: Span) -> None:
         del self._entries[span]
-        spans = self._by_path.get(span.path)
-        if spans is not None:
-            spans.pop(span, None)
-            if not spans:
-                del self._by_path[span.path]
+        self._by_path.remove(span)
 
     def _release_when_done(self, size: int, _future: Future[bytes]) -> None:
         self._release(size)
