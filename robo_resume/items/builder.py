@@ -497,7 +497,7 @@ class ItemBuilder(DecodingThreads):
         if not files.plans:
             return
         if self._sample_tables is None:
-            self._sample_tables = SampleTables(self.meta)
+            self._sample_tables = SampleTables(self.meta, self.path)
         files.plan(
             video_ranges(
                 self.meta,

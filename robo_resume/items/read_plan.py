@@ -17,14 +17,14 @@ import io
 import itertools
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..format.mp4_ranges import READ_THROUGH, SampleTable, read_sample_table
+from ..format.mp4_ranges import READ_THROUGH, SampleTable
 
 if TYPE_CHECKING:
     from ..format.metadata import DatasetMeta, EpisodeInfo
@@ -44,21 +44,16 @@ logger = logging.getLogger("robo_resume")
 
 class SampleTables:
     """The sample tables of a dataset's video files, read through its file access on first
-    use and kept (None for a file whose tables cannot be read: it is not planned)."""
+    use and kept (None for a file whose tables cannot be read, or a file access that plans
+    nothing: it is not planned). ``path(rel)`` is ``meta.root / rel`` made once per file (the
+    item builder's :meth:`~robo_resume.items.builder.ItemBuilder.path`)."""
 
-    def __init__(self, meta: DatasetMeta) -> None:
+    def __init__(self, meta: DatasetMeta, path: Callable[[str], Path]) -> None:
         self.meta = meta
+        self.path = path
         self._tables: dict[Path, SampleTable | None] = {}
-        self._paths: dict[str, Path] = {}
         self._warmed: set[Path] = set()
         self._lock = threading.Lock()
-
-    def path(self, rel: str) -> Path:
-        """``meta.root / rel``, made once per file."""
-        found = self._paths.get(rel)
-        if found is None:
-            found = self._paths[rel] = self.meta.root / rel
-        return found
 
     def get(self, path: Path) -> SampleTable | None:
         """The table of the mp4 at ``path`` (its local path below the dataset root), or None
@@ -109,30 +104,8 @@ class SampleTables:
             logger.debug("robo_resume: could not open %s ahead: %s", path, exc)
 
     def _read(self, path: Path) -> SampleTable | None:
-        files = self.meta.files
-        ahead = getattr(files, "opened_ahead", None)
-        if ahead is not None:  # a remote file access reads them with the bytes of opening
-            return ahead(path)
-        source = files.open(path)
-        if isinstance(source, str):  # a local file
-            source = open(source, "rb")
-        try:
-            size = source.seek(0, io.SEEK_END)
-
-            def read(start: int, end: int) -> bytes:
-                source.seek(start)
-                parts, want = [], end - start
-                while want > 0:
-                    part = source.read(want)
-                    if not part:
-                        break
-                    parts.append(part)
-                    want -= len(part)
-                return b"".join(parts)
-
-            return read_sample_table(read, size, name=str(files.where(path)))
-        finally:
-            source.close()
+        ahead = getattr(self.meta.files, "opened_ahead", None)  # a remote file access
+        return None if ahead is None else ahead(path)
 
 
 def video_ranges(

@@ -216,8 +216,7 @@ class RemoteFiles:
         self._held = HeldSpans(max(self.prefetch_bytes // 8, 4 << 20))
         self._opening = HeldSpans(max(total // 8, 1 << 20))  # the files opened: head, moov...
         self._tables: dict[str, SampleTable | None] = {}
-        self._table_locks: dict[str, threading.Lock] = {}
-        self._block_locks: dict[str, threading.Lock] = {}
+        self._file_locks: dict[tuple[str, str], threading.Lock] = {}
         self._incomplete: dict[str, tuple[list[tuple[int, int]], list[tuple[int, bytes]]]] = {}
         self.stats = TrafficStats()
 
@@ -305,8 +304,7 @@ class RemoteFiles:
         with self._lock:
             if rel in self._tables:
                 return self._tables[rel]
-            lock = self._table_locks.setdefault(rel, threading.Lock())
-        with lock:
+        with self.file_lock("tables", rel):
             with self._lock:
                 if rel in self._tables:
                     return self._tables[rel]
@@ -370,9 +368,7 @@ class RemoteFiles:
         """Fetch the opening spans of ``rel`` that its sample tables' reads did not hold (the
         first packet, the last keyframe), at once, and keep them; what fails is left to the
         reads (they fetch blocks, and report the error if it lasts)."""
-        with self._lock:
-            lock = self._table_locks.setdefault(rel, threading.Lock())
-        with lock:
+        with self.file_lock("tables", rel):
             with self._lock:
                 pending = self._incomplete.pop(rel, None)
             if pending is None:
@@ -464,12 +460,14 @@ class RemoteFiles:
         self._held.put(span, data)
         return span.start, data
 
-    def block_lock(self, rel: str) -> threading.Lock:
-        """The lock a file's block reads hold while they fetch (one per file and process)."""
+    def file_lock(self, kind: str, rel: str) -> threading.Lock:
+        """The lock of ``kind`` ("blocks": block fetches; "tables": the sample tables and
+        opening bytes) of file ``rel``, one per file and process: two readers of a file fetch
+        its bytes once."""
         with self._lock:
-            lock = self._block_locks.get(rel)
+            lock = self._file_locks.get((kind, rel))
             if lock is None:
-                lock = self._block_locks[rel] = threading.Lock()
+                lock = self._file_locks[kind, rel] = threading.Lock()
             return lock
 
     def _fetch_span(self, span: Span) -> bytes:
@@ -542,7 +540,7 @@ class RemoteFile(SeekableReader):
     def _blocks(self, first: int, last: int) -> list[bytes]:
         """Blocks ``first..last``, fetching the missing ones (and the read-ahead) in one request
         per run of consecutive missing blocks."""
-        with self.files.block_lock(self.rel):  # two readers of a file fetch a block once
+        with self.files.file_lock("blocks", self.rel):  # two readers fetch a block once
             return self._blocks_locked(first, last)
 
     def _blocks_locked(self, first: int, last: int) -> list[bytes]:
