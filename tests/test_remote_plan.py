@@ -10,13 +10,11 @@ each mp4's sample tables.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import obstore  # noqa: F401 - the dev extra installs it: a missing one fails, never skips
 from conftest import OPEN50_WITH_VIDEO
 from remote_servers import FolderServer
-from test_batches import assert_same_batches
+from test_batches import assert_same_batches, assert_same_streams
 
 from robo_resume import ChunkedEpisodeDataset, StreamTuning
 from robo_resume.format.mp4_ranges import read_sample_table
@@ -69,16 +67,13 @@ def test_open50_stream_reads_its_planned_ranges_and_fetches_what_its_chunks_need
     server = FolderServer(open50).start()
     try:
         # uint8, and compared a pair of batches at a time: 30 batches of 32 480x640 frames
-        # kept as float32 are 3.5 GB of fresh memory per loader, minutes on a slow machine
+        # kept as float32 are 3.5 GB of fresh memory per loader
         kw = dict(episodes=EPISODES, batch_size=32, seed=4, image_dtype="uint8")
         remote = ChunkedEpisodeDataset(server.url, **kw)
         local = ChunkedEpisodeDataset(open50, **kw)
-        got = []
-        pairs = zip(remote.dataloader(num_workers=0), local.dataloader(num_workers=0), strict=True)
-        for b, want in itertools.islice(pairs, 30):
-            assert_same_batches([b], [want])
-            got.append({k: b[k] for k in ("episode_index", "frame_index")})
-        assert len(got) == 30
+        got = assert_same_streams(
+            remote.dataloader(num_workers=0), local.dataloader(num_workers=0), limit=30
+        )
         files = remote.meta.files
         stats, pre = files.stats, files.prefetch_stats
         assert pre is not None and pre.hits > 0, "the stream planned nothing"
