@@ -24,6 +24,7 @@ Checks (cheap: once per file, or vectorised over the rows read):
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -101,9 +102,11 @@ class ParquetTable:
         cache: where decoded row groups are kept for later reads (:class:`RowGroupCache`);
             string, image and language columns, and groups with nulls, are always read anew.
 
-    Not thread-safe; cheap to construct (the footer is read on first use). Picklable before
-    first use, so it can be created in the main process and used in DataLoader workers. See the
-    module docstring for the checks.
+    Thread-safe: reads of one table from several threads (a stream's decoding threads share
+    it) take turns, since a pyarrow ``ParquetFile`` read from two threads at once returns
+    garbage or crashes the process. Cheap to construct (the footer is read on first use).
+    Picklable before first use, so it can be created in the main process and used in DataLoader
+    workers. See the module docstring for the checks.
     """
 
     def __init__(
@@ -129,12 +132,18 @@ class ParquetTable:
         self._shapes_ok: set[tuple] = set()  # (column, value shape) found as declared
         self.num_rows = -1
         self.columns: tuple[str, ...] = ()
+        self._lock = threading.RLock()  # one read at a time: ParquetFile is not thread-safe
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_file"] = None
         state["_typed"] = set()
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def _open(self, episode: int | None = None):
         if self._file is not None:
@@ -180,7 +189,8 @@ class ParquetTable:
 
     def check_rows(self, needed_stop: int, *, episode: int) -> None:
         """Raise MetadataMismatchError if the file has fewer than ``needed_stop`` rows."""
-        self._open(episode)
+        with self._lock:
+            self._open(episode)
         if self.num_rows < needed_stop:
             raise MetadataMismatchError(
                 describe(
@@ -207,6 +217,18 @@ class ParquetTable:
         ``check`` False leaves out the per-row checks (value shapes, increasing timestamps that
         match ``frame_index / fps``) for rows a checked read already covered; the file's
         columns, types and row count are checked either way."""
+        with self._lock:
+            return self._read(start, stop, columns, episode=episode, check=check)
+
+    def _read(
+        self,
+        start: int,
+        stop: int,
+        columns: Sequence[str],
+        *,
+        episode: int | None,
+        check: bool,
+    ) -> dict[str, np.ndarray]:
         f = self._open(episode)
         missing = [c for c in columns if c not in self.columns]
         if missing:
