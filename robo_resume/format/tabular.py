@@ -102,11 +102,12 @@ class ParquetTable:
         cache: where decoded row groups are kept for later reads (:class:`RowGroupCache`);
             string, image and language columns, and groups with nulls, are always read anew.
 
-    Thread-safe: reads of one table from several threads (a stream's decoding threads share
-    it) take turns, since a pyarrow ``ParquetFile`` read from two threads at once returns
-    garbage or crashes the process. Cheap to construct (the footer is read on first use).
-    Picklable before first use, so it can be created in the main process and used in DataLoader
-    workers. See the module docstring for the checks.
+    Thread-safe: a stream's decoding threads share it, and its pyarrow reads (opening the
+    file, decoding row groups) take turns, since a ``ParquetFile`` read from two threads at
+    once returns garbage or crashes the process; the rest of a read runs concurrently. Cheap
+    to construct (the footer is read on first use). Picklable before first use, so it can be
+    created in the main process and used in DataLoader workers. See the module docstring for
+    the checks.
     """
 
     def __init__(
@@ -132,7 +133,7 @@ class ParquetTable:
         self._shapes_ok: set[tuple] = set()  # (column, value shape) found as declared
         self.num_rows = -1
         self.columns: tuple[str, ...] = ()
-        self._lock = threading.RLock()  # one read at a time: ParquetFile is not thread-safe
+        self._lock = threading.Lock()  # one pyarrow read at a time: ParquetFile is not thread-safe
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -143,11 +144,17 @@ class ParquetTable:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
 
     def _open(self, episode: int | None = None):
         if self._file is not None:
             return self._file
+        with self._lock:
+            if self._file is not None:  # another thread opened it meanwhile
+                return self._file
+            return self._open_locked(episode)
+
+    def _open_locked(self, episode: int | None):
         import pyarrow.parquet as pq
 
         if not self.files.is_file(self.path):
@@ -189,8 +196,7 @@ class ParquetTable:
 
     def check_rows(self, needed_stop: int, *, episode: int) -> None:
         """Raise MetadataMismatchError if the file has fewer than ``needed_stop`` rows."""
-        with self._lock:
-            self._open(episode)
+        self._open(episode)
         if self.num_rows < needed_stop:
             raise MetadataMismatchError(
                 describe(
@@ -217,18 +223,6 @@ class ParquetTable:
         ``check`` False leaves out the per-row checks (value shapes, increasing timestamps that
         match ``frame_index / fps``) for rows a checked read already covered; the file's
         columns, types and row count are checked either way."""
-        with self._lock:
-            return self._read(start, stop, columns, episode=episode, check=check)
-
-    def _read(
-        self,
-        start: int,
-        stop: int,
-        columns: Sequence[str],
-        *,
-        episode: int | None,
-        check: bool,
-    ) -> dict[str, np.ndarray]:
         f = self._open(episode)
         missing = [c for c in columns if c not in self.columns]
         if missing:
@@ -263,7 +257,8 @@ class ParquetTable:
             # One thread: a chunk's rows are few, and Arrow's thread pool costs more than it
             # saves there; the loader's workers or
             # decoding threads keep the cores busy.
-            table = f.read_row_groups(groups, columns=list(columns), use_threads=False)
+            with self._lock:
+                table = f.read_row_groups(groups, columns=list(columns), use_threads=False)
         except Exception as exc:
             raise CorruptFileError(
                 describe(
@@ -323,7 +318,8 @@ class ParquetTable:
         missing = [g for g, part in zip(groups, parts, strict=True) if part is None]
         if missing:
             try:
-                table = f.read_row_groups(missing, columns=list(cols), use_threads=False)
+                with self._lock:
+                    table = f.read_row_groups(missing, columns=list(cols), use_threads=False)
                 decoded = {}
                 for c in cols:
                     column = table.column(c)
@@ -416,7 +412,8 @@ class ParquetTable:
 
     def _check_types(self, columns: Sequence[str], episode: int | None) -> None:
         """Refuse non-numeric columns, and kinds that contradict info.json (once per column)."""
-        schema = self._file.schema_arrow
+        with self._lock:
+            schema = self._file.schema_arrow
         for c in columns:
             t = schema.field(c).type
             kind = _arrow_kind(t)
