@@ -12,6 +12,9 @@ import sys
 # machine, and OpenMP threads that busy-wait starve each other there (seen: a tiny policy's
 # backward spinning for 20 CPU-minutes under load). One thread per process unless set.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# No transparent huge pages for numpy's large arrays, in the processes tests start (scripts/test
+# says why: on CI's virtual machines a fresh huge page costs milliseconds to zero).
+os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
 
 import warnings
 from pathlib import Path

@@ -8,6 +8,8 @@ same dtypes, shapes and values. Nothing is sorted.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -44,6 +46,24 @@ def assert_same_batches(ours, theirs):
                 assert torch.equal(got, want), f"batch {k} {key}: values differ"
             else:
                 assert got == want, f"batch {k} {key}: {got} != {want}"
+
+
+def assert_same_streams(ours, theirs, limit=None):
+    """:func:`assert_same_batches` on two batch iterators, one pair at a time (none kept: the
+    batches of a few 480x640 episodes are GBs, fresh memory for every one held), over their
+    first ``limit`` batches (all: both must end together). The pairs' episode and frame
+    indices, in order."""
+    pairs = zip(ours, theirs, strict=limit is None)
+    seen = []
+    for k, (a, b) in enumerate(itertools.islice(pairs, limit)):
+        try:
+            assert_same_batches([a], [b])
+        except AssertionError as exc:
+            raise AssertionError(f"batch {k}: {exc}") from None
+        seen.append({c: a[c] for c in ("episode_index", "frame_index") if c in a})
+    if limit is not None:
+        assert len(seen) == limit, f"{len(seen)} batches, expected {limit}"
+    return seen
 
 
 @pytest.mark.parametrize(

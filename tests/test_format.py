@@ -197,6 +197,51 @@ def test_parquet_row_ranges_across_row_groups(factory):
     assert rows["action"].shape == (27, 3)
 
 
+HAMMER = """
+import pickle, random, sys, threading
+from robo_resume.format import ParquetTable
+table = pickle.loads(pickle.dumps(ParquetTable(sys.argv[1])))  # as a DataLoader worker gets it
+cols = ["index", "frame_index", "timestamp"]
+table.check_rows(1, episode=0)
+n = table.num_rows
+want = ParquetTable(sys.argv[1]).read(0, n, cols)
+bad = []
+def run(seed):
+    r = random.Random(seed)
+    for _ in range(300):
+        a = r.randrange(n - 1)
+        b = min(n, a + r.randrange(1, 200))
+        try:
+            got = table.read(a, b, cols)
+            bad.extend((a, b, c) for c in cols if not (got[c] == want[c][a:b]).all())
+        except Exception as exc:
+            bad.append((a, b, repr(exc)[:200]))
+threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(bad), bad[:3])
+"""
+
+
+def test_one_parquet_table_read_from_eight_threads_at_once_gives_the_right_rows(open50):
+    """A stream's decoding threads share the item builder's tables. pyarrow's ParquetFile
+    read from two threads at once returned garbage ("ReadRangeCache did not find matching
+    cache entry", a realloc of 140 TB), which the reader reported as a corrupt file to download
+    again, or crashed the process (a segfault in CI): the table's reads take turns. Run in a
+    subprocess, so that a crash is this test's failure, not its pytest worker's."""
+    import subprocess
+    import sys
+
+    path = open50 / "data" / "chunk-000" / "file-000.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-c", HAMMER, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"the reading process died ({proc.returncode}): {proc.stderr}"
+    assert proc.stdout.split()[0] == "0", f"wrong rows or errors: {proc.stdout}"
+
+
 def test_v21_matches_v30(factory):
     a = LeRobotReader(factory(version="v3.0", num_cameras=1).root)
     b = LeRobotReader(factory(version="v2.1", num_cameras=1).root)

@@ -110,6 +110,23 @@ def test_a_read_ahead_of_the_prefetch_is_not_fetched_twice():
     assert files.requests.count(late) == 1
 
 
+def test_spans_the_reader_already_holds_are_passed_over_not_fetched():
+    """A reader that got ahead of the plan (it read the first spans another way before the
+    prefetch started) holds their bytes: the prefetch fetches only the rest."""
+    files = Files({"videos/a.mp4": 20_000})
+    spans = chunks(20, 1000)
+    read_already = set(spans[:8])  # what the reader read before the plan reached it
+    with Prefetcher(files, budget_bytes=20_000, threads=2, have=read_already.__contains__) as p:
+        p.plan(spans)
+        for s in spans[8:]:
+            wait_until(lambda s=s: s in files.requests)
+            assert p.read(s) == files.data[s.path][s.start : s.end]
+        assert (p.stats.hits, p.stats.misses, p.stats.passed) == (12, 0, 8)
+        # a read of a passed span is still served, by its own fetch
+        assert p.read(spans[3]) == files.data[spans[3].path][3000:4000]
+    assert sorted(files.requests, key=lambda s: s.start) == spans[3:4] + spans[8:]
+
+
 def test_skipped_spans_do_not_hold_the_budget():
     """A reader that skips planned spans: once fetched they are dropped, the prefetch goes on."""
     files = Files({"videos/a.mp4": 30_000})

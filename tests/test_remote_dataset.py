@@ -12,7 +12,7 @@ import moto  # noqa: F401 - the dev extra installs it: a missing one fails, neve
 import obstore  # noqa: F401
 import pytest
 from remote_servers import FolderServer, HubServer, S3Server
-from test_batches import assert_same_batches
+from test_batches import assert_same_batches, assert_same_streams
 
 from robo_resume import (
     ChunkedEpisodeDataset,
@@ -164,10 +164,8 @@ def test_open50_over_http_equals_the_local_copy_and_reports_traffic(open50):
         eps = [0, 3]  # episodes whose mp4s exist (open50 lacks some); more: test_remote_plan
         kw = dict(episodes=eps, batch_size=8, seed=1)
         remote = ChunkedEpisodeDataset(server.url, **kw)
-        got = list(remote.dataloader(num_workers=0))
-        assert_same_batches(
-            got, list(ChunkedEpisodeDataset(open50, **kw).dataloader(num_workers=0))
-        )
+        local = ChunkedEpisodeDataset(open50, **kw)
+        assert_same_streams(remote.dataloader(num_workers=0), local.dataloader(num_workers=0))
         stats = remote.meta.files.stats
         sizes = sum(
             (open50 / remote.meta.episode(e).videos["image"].path).stat().st_size for e in eps

@@ -431,6 +431,8 @@ def test_workers_freeze_what_they_inherit_and_the_trainer_is_left_alone(factory,
         assert not any(in_workers.values()), f"a worker still walks what it inherited: {seen}"
         assert seen[(0, os.getpid())] is True, "0 workers: the training process was frozen"
         assert any(o is _INHERITED[0] for o in gc.get_objects())  # the parent, after its workers
-        assert gc.get_freeze_count() == frozen_before
+        # nothing was frozen here; the count may drop: tests that run a stream in this process
+        # as a simulated worker (test_rows, test_plain_ring) froze it, and frozen objects die
+        assert gc.get_freeze_count() <= frozen_before
     finally:
         _INHERITED.clear()

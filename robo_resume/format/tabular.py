@@ -24,6 +24,7 @@ Checks (cheap: once per file, or vectorised over the rows read):
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -101,9 +102,12 @@ class ParquetTable:
         cache: where decoded row groups are kept for later reads (:class:`RowGroupCache`);
             string, image and language columns, and groups with nulls, are always read anew.
 
-    Not thread-safe; cheap to construct (the footer is read on first use). Picklable before
-    first use, so it can be created in the main process and used in DataLoader workers. See the
-    module docstring for the checks.
+    Thread-safe: a stream's decoding threads share it, and its pyarrow reads (opening the
+    file, decoding row groups) take turns, since a ``ParquetFile`` read from two threads at
+    once returns garbage or crashes the process; the rest of a read runs concurrently. Cheap
+    to construct (the footer is read on first use). Picklable before first use, so it can be
+    created in the main process and used in DataLoader workers. See the module docstring for
+    the checks.
     """
 
     def __init__(
@@ -129,16 +133,28 @@ class ParquetTable:
         self._shapes_ok: set[tuple] = set()  # (column, value shape) found as declared
         self.num_rows = -1
         self.columns: tuple[str, ...] = ()
+        self._lock = threading.Lock()  # one pyarrow read at a time: ParquetFile is not thread-safe
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_file"] = None
         state["_typed"] = set()
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _open(self, episode: int | None = None):
         if self._file is not None:
             return self._file
+        with self._lock:
+            if self._file is not None:  # another thread opened it meanwhile
+                return self._file
+            return self._open_locked(episode)
+
+    def _open_locked(self, episode: int | None):
         import pyarrow.parquet as pq
 
         if not self.files.is_file(self.path):
@@ -241,7 +257,8 @@ class ParquetTable:
             # One thread: a chunk's rows are few, and Arrow's thread pool costs more than it
             # saves there; the loader's workers or
             # decoding threads keep the cores busy.
-            table = f.read_row_groups(groups, columns=list(columns), use_threads=False)
+            with self._lock:
+                table = f.read_row_groups(groups, columns=list(columns), use_threads=False)
         except Exception as exc:
             raise CorruptFileError(
                 describe(
@@ -301,7 +318,8 @@ class ParquetTable:
         missing = [g for g, part in zip(groups, parts, strict=True) if part is None]
         if missing:
             try:
-                table = f.read_row_groups(missing, columns=list(cols), use_threads=False)
+                with self._lock:
+                    table = f.read_row_groups(missing, columns=list(cols), use_threads=False)
                 decoded = {}
                 for c in cols:
                     column = table.column(c)
@@ -394,7 +412,8 @@ class ParquetTable:
 
     def _check_types(self, columns: Sequence[str], episode: int | None) -> None:
         """Refuse non-numeric columns, and kinds that contradict info.json (once per column)."""
-        schema = self._file.schema_arrow
+        with self._lock:
+            schema = self._file.schema_arrow
         for c in columns:
             t = schema.field(c).type
             kind = _arrow_kind(t)

@@ -71,19 +71,36 @@ class SampleTables:
             self._tables[path] = table
         return table
 
-    def warm(self, paths: Iterable[Path], data: Iterable[Path] = ()) -> None:
-        """Read the tables of the mp4s ``paths`` and the ends of the data files ``data`` (a
-        small file is fetched whole, a large one its footer) that were not read yet,
-        concurrently, so that the decoders and parquet readers opening them find their first
-        bytes fetched. Errors are left to the readers (a hint only)."""
+    def warm(self, paths: Iterable[Path], data: Iterable[Path] = ()) -> threading.Thread | None:
+        """Start reading, on a background thread, the tables of the mp4s ``paths`` and the
+        ends of the data files ``data`` (a small file is fetched whole, a large one its
+        footer) that were not read or started yet, concurrently, so that the decoders and
+        parquet readers opening them find their first bytes fetched; the thread, or None when
+        there was nothing to read. It does not wait: :meth:`get` of a file being read waits
+        for that one read (the file access reads a file's tables once), so a plan yields a
+        piece's ranges as soon as its own file's tables are there. Errors are left to the
+        readers (a hint only)."""
         with self._lock:
-            todo = [p for p in dict.fromkeys(paths) if p not in self._tables]
+            todo = [
+                p for p in dict.fromkeys(paths) if p not in self._warmed and p not in self._tables
+            ]
             fresh = [p for p in dict.fromkeys(data) if p not in self._warmed]
+            self._warmed.update(todo)
             self._warmed.update(fresh)
         jobs = [(self.get, p) for p in todo] + [(self._touch_end, p) for p in fresh]
-        if len(jobs) <= 1:
-            for fn, p in jobs:
-                fn(p)
+        if not jobs:
+            return None
+        thread = threading.Thread(
+            target=self._run, args=(jobs,), name="robo_resume-warm", daemon=True
+        )
+        thread.start()
+        return thread
+
+    @staticmethod
+    def _run(jobs: list[tuple[Callable[[Path], object], Path]]) -> None:
+        if len(jobs) == 1:
+            fn, p = jobs[0]
+            fn(p)
             return
         with ThreadPoolExecutor(min(WARM_THREADS, len(jobs))) as pool:
             list(pool.map(lambda job: job[0](job[1]), jobs))
@@ -134,13 +151,23 @@ def video_ranges(
     fps = float(meta.fps)
     cams = list(meta.camera_keys)
     it = iter(pieces)
-    while batch := list(itertools.islice(it, WARM_PIECES)):
+
+    def next_batch() -> tuple[list[tuple[int, int, int]], list[EpisodeInfo]]:
+        batch = list(itertools.islice(it, WARM_PIECES))
         eps = [meta.episode(int(e)) for e, _, _ in batch]
         tables.warm(
             (tables.path(ep.videos[c].path) for ep in eps for c in cams if c in ep.videos),
             (tables.path(ep.data_path) for ep in eps),
         )
+        return batch, eps
+
+    # the files of the next batch of pieces are opened in the background while this one's
+    # ranges are yielded: the plan never waits for more than the file of the piece at hand
+    batch, eps = next_batch()
+    while batch:
+        upcoming = next_batch()
         yield from _ranges(meta, batch, eps, tables, cams, fps, before, after)
+        batch, eps = upcoming
 
 
 def _ranges(

@@ -147,6 +147,11 @@ class BlockCache:
                 self._blocks.move_to_end(key)
             return data
 
+    def holds(self, rel: str, first: int, last: int) -> bool:
+        """Whether blocks ``first..last`` of ``rel`` are all held (not marked used)."""
+        with self._lock:
+            return all((rel, i) in self._blocks for i in range(first, last + 1))
+
     def put(self, key: tuple[str, int], data: bytes) -> None:
         """Keep the block, dropping the least recently used ones past the bound."""
         with self._lock:
@@ -414,9 +419,17 @@ class RemoteFiles:
                     threads=PREFETCH_THREADS,
                     lag=PREFETCH_LAG,
                     max_ahead=PREFETCH_AHEAD,
+                    have=self._read_through_blocks,
                 )
             prefetcher = self._prefetcher
         prefetcher.plan(self._spans(ranges))
+
+    def _read_through_blocks(self, span: Span) -> bool:
+        """Whether the blocks holding ``span`` are cached: a decoder that got ahead of the plan
+        (its first files were still being opened) read them, so the prefetch passes over it
+        instead of fetching its bytes a second time."""
+        bs = self.block_size
+        return span.size > 0 and self.cache.holds(span.path, span.start // bs, (span.end - 1) // bs)
 
     def _spans(self, ranges: Iterable[tuple[Path, int, int]]) -> Iterator[Span]:
         rels: dict[Path, str] = {}  # a plan names a few files many times

@@ -20,7 +20,9 @@ Contract:
   before the one read are dropped once fetched, so they do not hold the budget).
 - A read of a span the prefetch has not reached yet fetches it itself, and the prefetch then
   passes over its next occurrence in the plan (a span read twice before the prefetch reaches
-  it is fetched by both reads: correct, only not prefetched).
+  it is fetched by both reads: correct, only not prefetched). So does a span whose bytes the
+  reader already holds when the prefetch reaches it (``have``: a reader that got ahead of the
+  plan and read them another way).
 - A background fetch that fails is not retried in the background; the read of that span
   fetches it again itself (``fetch``'s own retries apply) and raises what that raises.
 - One :class:`Prefetcher` per process (a DataLoader worker builds its own after the fork).
@@ -124,6 +126,8 @@ class PrefetchStats:
         failed: background fetches that failed (their reads fetched again).
         dropped_bytes: bytes prefetched and dropped unread (a later span of the plan was read
             first: the reader skipped them).
+        passed: planned spans not fetched because the reader held their bytes already
+            (``have``: it got there first and read them another way).
     """
 
     fetched_bytes: int = 0
@@ -133,6 +137,7 @@ class PrefetchStats:
     peak_bytes: int = 0
     failed: int = 0
     dropped_bytes: int = 0
+    passed: int = 0
 
     def fetched_over_read(self) -> float:
         """Bytes fetched / bytes read (1.0 when every fetched byte was read once)."""
@@ -214,6 +219,10 @@ class Prefetcher:
         max_ahead: the most spans held at once (cached or in flight; None: no bound but the
             budget): how far the prefetch runs ahead of the reads, so that a stream that stops
             leaves few spans fetched for nothing.
+        have: whether the reader holds a span's bytes already (it reached them before the
+            prefetch did, and read them another way): such a span is passed over, not
+            fetched (called under the prefetch's lock; it must be quick and take no lock
+            that a fetch holds while it waits on the prefetch).
     """
 
     def __init__(
@@ -224,12 +233,14 @@ class Prefetcher:
         threads: int = 2,
         lag: int = 0,
         max_ahead: int | None = None,
+        have: Callable[[Span], bool] | None = None,
     ) -> None:
         if budget_bytes < 0 or threads < 1:
             raise ValueError(
                 f"budget_bytes must be >= 0 and threads >= 1; got {budget_bytes}, {threads}"
             )
         self._fetch = fetch
+        self._have = have
         self.budget_bytes = budget_bytes
         self.lag = max(int(lag), 0)
         self.max_ahead = max_ahead if max_ahead is not None else 1 << 62
@@ -311,6 +322,9 @@ class Prefetcher:
                     self._skip.discard(span)
                     continue
                 if span in self._entries:
+                    continue
+                if self._have is not None and self._have(span):
+                    self.stats.passed += 1  # the reader got there first
                     continue
                 self._held += span.size
                 self.stats.peak_bytes = max(self.stats.peak_bytes, self._held)
